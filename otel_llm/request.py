@@ -1,0 +1,31 @@
+"""What the frontend knows about a request when it arrives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """A request as the frontend sees it at arrival (after tokenization).
+
+    `operation` is the gen_ai operation name (`chat`, `text_completion`, ...).
+    `trace_headers` may carry W3C `traceparent`/`tracestate`: the request span
+    becomes their child. `input_messages` (a JSON string) is recorded only when
+    content capture is opted in.
+    """
+
+    request_id: str
+    prompt_tokens: int
+    operation: str = "text_completion"
+    max_tokens: int | None = None
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stream: bool = False
+    stop_sequences: tuple[str, ...] = ()
+    trace_headers: Mapping[str, str] | None = None
+    input_messages: str | None = None

@@ -1,0 +1,307 @@
+"""The frontend's columnar request table: steps in, intervals and aggregates out.
+
+Per-request state lives in slot-indexed numpy arrays. A request handle is
+`(generation << 32) | slot`; the engine echoes it back in every event, so a
+step is applied with a handful of vectorised operations and no per-token
+Python work. Stale or unknown handles are detected vectorially (the slot's
+current generation must match) and dropped, counted in
+`otel_llm.telemetry.dropped`.
+
+Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
+queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
+prefill = first token - SCHEDULED, decode = last token - first token,
+inference = last token - SCHEDULED, all on the engine's monotonic clock;
+TTFT and e2e = frontend receive time - frontend arrival time, on the
+frontend's monotonic clock. Preemptions inside a phase count toward it.
+
+Thread-safety: single writer; the owner holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .aggregation import TRACE_COLUMNS, HistogramState
+from .instruments import DIMENSIONS
+from .metrics_state import MetricsState
+from .request import RequestInfo
+from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
+
+_SLOT_MASK = 0xFFFFFFFF
+_NUM_REASONS = len(FinishReason)
+MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
+
+_INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "num_gen",
+               "num_cached", "max_tokens", "n", "npre", "chunks")
+
+
+@dataclass(frozen=True)
+class FinishedBatch:
+    """Requests finished in one step, columnar (copies; safe after the slots are reused)."""
+
+    infos: list[RequestInfo]
+    reason: np.ndarray  # uint8 FinishReason
+    arrival: np.ndarray  # frontend monotonic ns
+    finish_recv: int  # frontend monotonic ns
+    queued: np.ndarray  # engine monotonic ns (0 = never seen)
+    sched: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    first_recv: np.ndarray  # frontend monotonic ns of the first token (0 = none)
+    num_prompt: np.ndarray
+    num_gen: np.ndarray
+    num_cached: np.ndarray
+    npre: np.ndarray
+    engine_valid: np.ndarray  # bool: engine timestamps complete and ordered
+    trace: np.ndarray  # [n, TRACE_COLUMNS] uint64 (see aggregation.TRACE_COLUMNS)
+    preemption_ts: list[list[int]]  # engine monotonic ns per request
+    outputs: list[str | None]  # response text, only when content capture is on
+
+
+class RequestTable:
+    """Slot-indexed per-request arrays plus the step-application logic."""
+
+    def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20):
+        self.metrics = metrics
+        # Triton response_stats: count and ns per response index (series), no buckets.
+        self.responses = HistogramState((), MAX_RESPONSE_INDEX)
+        self.last_step_ts = 0
+        self.batch_sizes: dict[int, list[int]] = {}  # batch size -> [count, ns]
+        self.max_capacity = max_capacity
+        self.cap = 0
+        self.gen = np.zeros(0, np.int64)  # current generation per slot, 0 = free
+        self._next_gen = np.zeros(0, np.int64)
+        self.op = np.zeros(0, np.int64)
+        self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
+        for f in _INT_FIELDS:
+            setattr(self, f, np.zeros(0, np.int64))
+        self.infos: list[RequestInfo | None] = []
+        self.preemption_ts: list[list[int] | None] = []
+        self.outputs: list[str | None] = []
+        self._free: list[int] = []
+        self.num_active = 0
+        self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
+        self._grow(capacity)
+
+    def _grow(self, new_cap: int) -> None:
+        def widen(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((new_cap,) + a.shape[1:], a.dtype)
+            out[: len(a)] = a
+            return out
+
+        for f in ("gen", "_next_gen", "op", "trace") + _INT_FIELDS:
+            setattr(self, f, widen(getattr(self, f)))
+        self.infos.extend([None] * (new_cap - self.cap))
+        self.preemption_ts.extend([None] * (new_cap - self.cap))
+        self.outputs.extend([None] * (new_cap - self.cap))
+        self._free.extend(range(new_cap - 1, self.cap - 1, -1))
+        self.cap = new_cap
+
+    # -- frontend events -------------------------------------------------------------
+
+    def allocate(self, info: RequestInfo, op_index: int, arrival_ns: int, trace: tuple[int, int, int, int]) -> int:
+        """Register an arriving request; returns its handle, or -1 if the table is full."""
+        if not self._free:
+            if self.cap >= self.max_capacity:
+                self.dropped["table_full"] += 1
+                return -1
+            self._grow(min(self.cap * 2, self.max_capacity))
+        slot = self._free.pop()
+        g = int(self._next_gen[slot]) % 0x7FFFFFFF + 1
+        self._next_gen[slot] = g
+        self.gen[slot] = g
+        self.op[slot] = op_index
+        self.arrival[slot] = arrival_ns
+        self.num_prompt[slot] = info.prompt_tokens
+        self.max_tokens[slot] = -1 if info.max_tokens is None else info.max_tokens
+        self.n[slot] = info.n
+        self.trace[slot] = trace
+        self.infos[slot] = info
+        self.num_active += 1
+        return (g << 32) | slot
+
+    def slot_of(self, handle: int) -> int | None:
+        """The slot of a live handle, or None (stale, unknown or malformed)."""
+        slot = handle & _SLOT_MASK
+        if handle > 0 and slot < self.cap and self.gen[slot] == handle >> 32:
+            return slot
+        return None
+
+    def _slots(self, rids: np.ndarray, reason: str = "unknown_request") -> tuple[np.ndarray, np.ndarray | None]:
+        """Map handles to slots; returns (slots of valid handles, mask or None if all valid)."""
+        slot = rids & _SLOT_MASK
+        inb = slot < self.cap
+        ok = inb & (self.gen[np.where(inb, slot, 0)] == (rids >> 32)) & (rids > 0)
+        if ok.all():
+            return slot, None
+        self.dropped[reason] += int((~ok).sum())
+        return slot[ok], ok
+
+    # -- engine steps ----------------------------------------------------------------
+
+    def apply(self, rec: StepRecord, now_ns: int) -> FinishedBatch | None:
+        """Apply one engine step received at frontend time `now_ns`."""
+        if len(rec.event_rid):
+            self._events(rec)
+        out_tokens = self._outputs(rec, now_ns) if len(rec.output_rid) else 0
+        step_tokens = rec.num_computed_prompt_tokens + out_tokens
+        if step_tokens > 0:
+            self.metrics.histograms["otel_llm.step.tokens"].record(np.array([step_tokens], np.float64))
+        if rec.snapshot is not None:
+            self._snapshot(rec.snapshot)
+        return self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns) \
+            if len(rec.finished_rid) else None
+
+    def _events(self, rec: StepRecord) -> None:
+        s, ok = self._slots(rec.event_rid)
+        kind, ts, val = rec.event_kind, rec.event_ts_ns, rec.event_value
+        if ok is not None:
+            kind, ts, val = kind[ok], ts[ok], val[ok]
+        for k, field in ((EventKind.QUEUED, self.queued), (EventKind.SCHEDULED, self.sched)):
+            m = kind == k
+            if m.any():
+                sk, tk = s[m], ts[m]
+                fresh = field[sk] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
+                field[sk[fresh]] = tk[fresh]
+                if k == EventKind.SCHEDULED:
+                    self.num_cached[sk[fresh]] = val[m][fresh]
+        m = kind == EventKind.PREEMPTED
+        if m.any():
+            for slot, t in zip(s[m].tolist(), ts[m].tolist()):
+                self.npre[slot] += 1
+                if self.preemption_ts[slot] is None:
+                    self.preemption_ts[slot] = []
+                self.preemption_ts[slot].append(t)
+
+    def _outputs(self, rec: StepRecord, now_ns: int) -> int:
+        s, ok = self._slots(rec.output_rid)
+        n = rec.output_num_tokens if ok is None else rec.output_num_tokens[ok]
+        if (n <= 0).any():
+            good = n > 0
+            self.dropped["bad_value"] += int((~good).sum())
+            s, n = s[good], n[good]
+        h = self.metrics.histograms
+        ts = rec.step_ts_ns
+        first = self.first[s] == 0
+        sf = s[first] if not first.all() else s
+        sched = self.sched[s]
+        self._responses(s, np.where(first, np.where(sched > 0, ts - sched, 0), ts - self.last[s]), len(s), ts)
+        if len(sf):
+            self.first[sf] = ts
+            self.first_recv[sf] = now_ns
+            h["gen_ai.server.time_to_first_token"].record((now_ns - self.arrival[sf]) * 1e-9, self.op[sf], self.trace[sf])
+            self.metrics.add("otel_llm.usage.prompt_tokens", int(self.num_prompt[sf].sum()))
+        if len(sf) != len(s):
+            sn = s[~first]
+            h["otel_llm.request.inter_token_latency"].record((ts - self.last[sn]) * 1e-9, self.op[sn])
+        self.last[s] = ts
+        self.num_gen[s] += n
+        self.chunks[s] += 1
+        total = int(n.sum())
+        self.metrics.add("otel_llm.usage.generation_tokens", total)
+        return total
+
+    def _responses(self, s: np.ndarray, ns: np.ndarray, batch_size: int, ts: int) -> None:
+        """Triton statistics: per response index and per batch size (engine clock)."""
+        idx = self.chunks[s]
+        keep = idx < MAX_RESPONSE_INDEX
+        if not keep.all():
+            self.dropped["bad_value"] += int((~keep).sum())
+            idx, ns = idx[keep], ns[keep]
+        self.responses.record(np.maximum(ns, 0).astype(np.float64), idx)
+        entry = self.batch_sizes.setdefault(batch_size, [0, 0])
+        entry[0] += 1
+        entry[1] += ts - self.last_step_ts if self.last_step_ts else 0
+        self.last_step_ts = ts
+
+    def _snapshot(self, snap: SchedulerSnapshot) -> None:
+        m = self.metrics
+        if not (0.0 <= snap.kv_usage <= 1.0) or min(snap.running, snap.waiting, snap.prefix_queries,
+                                                      snap.prefix_hits, snap.preemptions) < 0:
+            self.dropped["bad_value"] += 1  # also catches NaN kv_usage
+            return
+        m.gauges["otel_llm.scheduler.running"] = snap.running
+        m.gauges["otel_llm.scheduler.waiting"] = snap.waiting
+        m.gauges["otel_llm.kv_cache.usage"] = snap.kv_usage
+        m.add("otel_llm.prefix_cache.queries", snap.prefix_queries)
+        m.add("otel_llm.prefix_cache.hits", snap.prefix_hits)
+        m.add("otel_llm.scheduler.preemptions", snap.preemptions)
+
+    def finish_from_frontend(self, handle: int, reason: FinishReason, now_ns: int) -> FinishedBatch | None:
+        """Finish a request the engine will never report (engine died, rejected before it)."""
+        rid = np.array([handle], np.int64)
+        return self._finish(rid, np.array([reason], np.uint8), np.zeros(1, np.int32), now_ns)
+
+    def _finish(self, rids: np.ndarray, reasons: np.ndarray, max_seq: np.ndarray, now_ns: int) -> FinishedBatch | None:
+        s, ok = self._slots(rids)
+        if ok is not None:
+            reasons, max_seq = reasons[ok], max_seq[ok]
+        if len(np.unique(s)) != len(s):  # the same request finished twice in one step
+            s, first_idx = np.unique(s, return_index=True)
+            self.dropped["out_of_order"] += len(reasons) - len(s)
+            reasons, max_seq = reasons[first_idx], max_seq[first_idx]
+        bad = reasons >= _NUM_REASONS
+        if bad.any():
+            self.dropped["bad_value"] += int(bad.sum())
+            reasons = np.where(bad, FinishReason.ERROR, reasons).astype(np.uint8)
+        if not len(s):
+            return None
+        m, h = self.metrics, self.metrics.histograms
+        op, trace = self.op[s], self.trace[s]
+        q, sc, f, last = self.queued[s], self.sched[s], self.first[s], self.last[s]
+        num_gen, num_prompt = self.num_gen[s], self.num_prompt[s]
+        series_reason = op * _NUM_REASONS + reasons
+        m.add_many("otel_llm.request.finished", series_reason)
+        h["gen_ai.server.request.duration"].record((now_ns - self.arrival[s]) * 1e-9, series_reason, trace)
+        h["otel_llm.request.prompt_tokens"].record(num_prompt.astype(np.float64), op, trace)
+        h["otel_llm.request.generation_tokens"].record(num_gen.astype(np.float64), op, trace)
+        h["otel_llm.request.max_generation_tokens"].record(
+            np.where(max_seq > 0, max_seq, num_gen).astype(np.float64), op)
+        h["otel_llm.request.params.n"].record(self.n[s].astype(np.float64), op)
+        mt = self.max_tokens[s]
+        has_mt = mt >= 0
+        h["otel_llm.request.params.max_tokens"].record(mt[has_mt].astype(np.float64), op[has_mt])
+        h["otel_llm.request.preemptions"].record(self.npre[s].astype(np.float64), op)
+        # Engine intervals: only for requests whose engine timestamps are complete and ordered.
+        has_tokens = f > 0
+        valid = has_tokens & (q > 0) & (sc >= q) & (f >= sc) & (last >= f)
+        inconsistent = has_tokens & ~valid
+        if inconsistent.any():
+            self.dropped["out_of_order"] += int(inconsistent.sum())
+        if valid.any():
+            v_op, v_tr = op[valid], trace[valid]
+            qv, sv, fv, lv = q[valid], sc[valid], f[valid], last[valid]
+            h["otel_llm.request.queue.duration"].record((sv - qv) * 1e-9, v_op, v_tr)
+            h["otel_llm.request.prefill.duration"].record((fv - sv) * 1e-9, v_op, v_tr)
+            h["otel_llm.request.decode.duration"].record((lv - fv) * 1e-9, v_op, v_tr)
+            h["otel_llm.request.inference.duration"].record((lv - sv) * 1e-9, v_op, v_tr)
+            g = num_gen[valid]
+            tpot = np.where(g > 1, (lv - fv) * 1e-9 / np.maximum(g - 1, 1), 0.0)
+            h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
+        batch = FinishedBatch(
+            [self.infos[i] for i in s.tolist()], reasons.copy(), self.arrival[s], now_ns, q, sc, f, last,
+            self.first_recv[s], num_prompt, num_gen, self.num_cached[s], self.npre[s], valid, trace,
+            [self.preemption_ts[i] or [] for i in s.tolist()],
+            [self.outputs[i] for i in s.tolist()],
+        )
+        self._release(s)
+        return batch
+
+    def _release(self, s: np.ndarray) -> None:
+        self.gen[s] = 0
+        for f in _INT_FIELDS:
+            getattr(self, f)[s] = 0
+        self.trace[s] = 0
+        for i in s.tolist():
+            self.infos[i] = None
+            self.preemption_ts[i] = None
+            self.outputs[i] = None
+        self._free.extend(s.tolist())
+        self.num_active -= len(s)
+
+
+def operation_index(name: str) -> int:
+    ops = DIMENSIONS["gen_ai.operation.name"]
+    return ops.index(name) if name in ops else len(ops) - 1

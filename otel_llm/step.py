@@ -1,0 +1,141 @@
+"""The per-step record: what the engine hands to the frontend once per scheduler step.
+
+A `StepRecord` is columnar. It crosses a process boundary as one `bytes` object
+(`to_bytes` / `from_bytes`) made of a fixed header followed by flat arrays, so no
+per-token Python object is ever pickled or built. Layout (little endian):
+
+    header  (struct `_HEADER`):
+        magic u32, version u16, has_snapshot u16, step_ts_ns i64,
+        anchor_wall_ns i64, anchor_mono_ns i64, num_computed_prompt_tokens i64, n_events u32, n_outputs u32, n_finished u32,
+        snapshot: running i32, waiting i32, kv_usage f64, prefix_queries i64,
+                  prefix_hits i64, preemptions i64
+    events   : rid i64[n_events], ts_ns i64[n_events], value i64[n_events], kind u8[n_events]
+    outputs  : rid i64[n_outputs], num_new_tokens i32[n_outputs]
+    finished : rid i64[n_finished], max_seq_tokens i32[n_finished], reason u8[n_finished]
+
+`max_seq_tokens` is the longest sequence's generation length for a request with
+n > 1 parallel sequences (0: the request has one sequence). `rid` is the request handle the frontend allocated (`Telemetry.arrival`). All
+timestamps are the engine process's `time.monotonic_ns()`; the anchor is one
+(`time.time_ns()`, `time.monotonic_ns()`) pair taken when that process's recorder
+started, so the frontend can turn engine timestamps into epoch ns for spans. The snapshot counters
+`prefix_queries`, `prefix_hits` and `preemptions` are deltas since the previous
+snapshot (tokens, tokens, requests).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+_MAGIC = 0x4C4C4F54  # "TOLL"
+_VERSION = 1
+_HEADER = struct.Struct("<IHHqqqqIIIiidqqq")
+
+
+class EventKind(IntEnum):
+    """Request lifecycle events, vLLM v1 `EngineCoreEventType` numbering."""
+
+    QUEUED = 1
+    SCHEDULED = 2
+    PREEMPTED = 3
+
+
+class FinishReason(IntEnum):
+    """Why a request finished; the strings are vLLM's `FINISH_REASON_STRINGS`."""
+
+    STOP = 0
+    LENGTH = 1
+    ABORT = 2
+    ERROR = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+FINISH_REASON_LABELS = tuple(r.label for r in FinishReason)
+
+
+@dataclass(frozen=True)
+class SchedulerSnapshot:
+    """Scheduler state after a step. Counters are deltas since the last snapshot."""
+
+    running: int
+    waiting: int
+    kv_usage: float  # 0..1
+    prefix_queries: int = 0  # tokens
+    prefix_hits: int = 0  # tokens
+    preemptions: int = 0  # requests
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step, columnar. Arrays are read-only views when decoded from bytes."""
+
+    step_ts_ns: int
+    anchor_wall_ns: int
+    anchor_mono_ns: int
+    num_computed_prompt_tokens: int
+    event_rid: np.ndarray  # int64
+    event_ts_ns: np.ndarray  # int64
+    event_value: np.ndarray  # int64: cached prompt tokens for SCHEDULED, else 0
+    event_kind: np.ndarray  # uint8, EventKind
+    output_rid: np.ndarray  # int64
+    output_num_tokens: np.ndarray  # int32
+    finished_rid: np.ndarray  # int64
+    finished_reason: np.ndarray  # uint8, FinishReason
+    finished_max_seq_tokens: np.ndarray  # int32, 0 when n == 1
+    snapshot: SchedulerSnapshot | None = None
+
+    def to_bytes(self) -> bytes:
+        s = self.snapshot
+        header = _HEADER.pack(
+            _MAGIC, _VERSION, s is not None, self.step_ts_ns,
+            self.anchor_wall_ns, self.anchor_mono_ns, self.num_computed_prompt_tokens,
+            len(self.event_rid), len(self.output_rid), len(self.finished_rid),
+            *((s.running, s.waiting, s.kv_usage, s.prefix_queries, s.prefix_hits, s.preemptions)
+              if s is not None else (0, 0, 0.0, 0, 0, 0)),
+        )
+        return b"".join((
+            header,
+            self.event_rid.astype("<i8", copy=False).tobytes(),
+            self.event_ts_ns.astype("<i8", copy=False).tobytes(),
+            self.event_value.astype("<i8", copy=False).tobytes(),
+            self.event_kind.astype("u1", copy=False).tobytes(),
+            self.output_rid.astype("<i8", copy=False).tobytes(),
+            self.output_num_tokens.astype("<i4", copy=False).tobytes(),
+            self.finished_rid.astype("<i8", copy=False).tobytes(),
+            self.finished_max_seq_tokens.astype("<i4", copy=False).tobytes(),
+            self.finished_reason.astype("u1", copy=False).tobytes(),
+        ))
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> StepRecord:
+        """Decode without copying the arrays. Raises ValueError on a malformed record."""
+        if len(data) < _HEADER.size:
+            raise ValueError(f"step record too short: {len(data)} bytes")
+        (magic, version, has_snap, step_ts, a_wall, a_mono, n_prompt, n_ev, n_out, n_fin,
+         running, waiting, kv, pq, ph, pre) = _HEADER.unpack_from(data, 0)
+        if magic != _MAGIC or version != _VERSION:
+            raise ValueError(f"not a step record (magic {magic:#x}, version {version})")
+        expected = _HEADER.size + n_ev * 25 + n_out * 12 + n_fin * 13
+        if len(data) != expected:
+            raise ValueError(f"step record is {len(data)} bytes, header says {expected}")
+        off = _HEADER.size
+
+        def take(dtype: str, n: int) -> np.ndarray:
+            nonlocal off
+            arr = np.frombuffer(data, dtype=dtype, count=n, offset=off)
+            off += arr.nbytes
+            return arr
+
+        events = take("<i8", n_ev), take("<i8", n_ev), take("<i8", n_ev), take("u1", n_ev)
+        outputs = take("<i8", n_out), take("<i4", n_out)
+        fin_rid, fin_max, fin_reason = take("<i8", n_fin), take("<i4", n_fin), take("u1", n_fin)
+        return cls(
+            step_ts, a_wall, a_mono, n_prompt, *events, *outputs, fin_rid, fin_reason, fin_max,
+            SchedulerSnapshot(running, waiting, kv, pq, ph, pre) if has_snap else None,
+        )

@@ -1,0 +1,175 @@
+"""Telemetry: the frontend-side facade that owns one model/engine's telemetry.
+
+Threads: `arrival`, `ingest`, `set_output` and `fail` are called by the
+frontend (any thread; they take the lock briefly). Collection (`snapshot`,
+`render`, OTel readers, the stat logger) takes the same lock only to flush and
+copy the aggregates, then works off-lock. Nothing here raises into the caller
+on bad data: malformed steps, unknown handles, out-of-order events and bad
+values are dropped and counted (`otel_llm.telemetry.dropped`).
+
+With `enabled=False` every method is a no-op and nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .config import TelemetryConfig
+from .exposition import Renderer, Source
+from .instruments import instrument_table
+from .metrics_state import MetricsSnapshot, MetricsState
+from .profiles import get_profile
+from .request import RequestInfo
+from .request_table import RequestTable, operation_index
+from .step import FinishReason, StepRecord
+from .tracer_setup import resolve_tracer_provider
+from .tracing import RequestTracer, capture_content_from_env
+from .triton import TritonStats
+
+logger = logging.getLogger("otel_llm")
+
+
+class Telemetry:
+    """One model/engine's request table, aggregates, tracer and statistics."""
+
+    def __init__(self, config: TelemetryConfig):
+        self.config = config
+        self.enabled = config.enabled
+        if not self.enabled:
+            return
+        self._lock = threading.Lock()
+        self.table_spec = instrument_table(config.max_model_len)
+        self.metrics = MetricsState(self.table_spec)
+        self.table = RequestTable(self.metrics)
+        self.triton = TritonStats(config.model_name, config.model_version)
+        self.anchor = (time.time_ns(), time.monotonic_ns())
+        self.start_time_ns = self.anchor[0]
+        self._engine_anchor = self.anchor
+        self.cache_config = tuple((str(k), str(v)) for k, v in sorted(config.cache_config.items()))
+        if self.cache_config:
+            self.metrics.gauges["otel_llm.cache_config.info"] = 1.0
+        self.computed_prompt_tokens = 0  # for the log line: prompt tokens actually computed
+        self.internal_errors = 0
+        provider = resolve_tracer_provider(config) if config.tracing else None
+        capture = capture_content_from_env() if config.capture_content is None else config.capture_content
+        self.tracer = RequestTracer(provider, config.model_name, config.provider_name, capture, self.anchor) \
+            if provider is not None else None
+        self._renderers: dict[str, Renderer] = {}
+        self._stat_logger = None
+        if config.log_stats:
+            from .stat_logger import StatLogger
+            self._stat_logger = StatLogger(self, config.log_stats_interval_s)
+
+    # -- request path --------------------------------------------------------------------
+
+    def arrival(self, info: RequestInfo) -> int:
+        """Register an arriving request; returns its int64 handle (the engine's rid), -1 if disabled/full."""
+        if not self.enabled:
+            return -1
+        now = time.monotonic_ns()
+        try:
+            op = operation_index(info.operation)
+            trace = self.tracer.start(info, info.operation) if self.tracer else (0, 0, 0, 0)
+            with self._lock:
+                self.triton.on_arrival(time.time_ns() // 1_000_000)
+                return self.table.allocate(info, op, now, trace)
+        except Exception:  # telemetry never breaks the request path
+            self._internal_error("arrival")
+            return -1
+
+    def ingest(self, step: bytes | memoryview | StepRecord | None) -> None:
+        """Apply one engine step (bytes from `StepRecorder.end_step_bytes`, or a StepRecord)."""
+        if not self.enabled or step is None:
+            return
+        now = time.monotonic_ns()
+        try:
+            rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
+        except ValueError:
+            with self._lock:
+                self.table.dropped["bad_value"] += 1
+            return
+        try:
+            with self._lock:
+                self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
+                self.computed_prompt_tokens += rec.num_computed_prompt_tokens
+                finished = self.table.apply(rec, now)
+                if finished is not None:
+                    self.triton.on_finished(finished)
+            if finished is not None and self.tracer is not None:
+                self.tracer.emit(finished, self._engine_anchor)
+        except Exception:
+            self._internal_error("ingest")
+
+    def set_output(self, handle: int, text: str) -> None:
+        """Response text for content capture (opt-in); call before ingesting the finishing step."""
+        if not self.enabled or self.tracer is None or not self.tracer.capture_content:
+            return
+        with self._lock:
+            slot = self.table.slot_of(handle)
+            if slot is not None:
+                self.table.outputs[slot] = text
+
+    def fail(self, handle: int, reason: FinishReason = FinishReason.ERROR) -> None:
+        """Finish a request from the frontend (engine died, or it never reached the engine)."""
+        if not self.enabled:
+            return
+        try:
+            with self._lock:
+                finished = self.table.finish_from_frontend(handle, reason, time.monotonic_ns())
+                if finished is not None:
+                    self.triton.on_finished(finished)
+            if finished is not None and self.tracer is not None:
+                self.tracer.emit(finished, self._engine_anchor)
+        except Exception:
+            self._internal_error("fail")
+
+    def _internal_error(self, where: str) -> None:
+        self.internal_errors += 1
+        if self.internal_errors <= 10:
+            logger.exception("otel_llm: internal error in %s (dropped; %d so far)", where, self.internal_errors)
+
+    # -- collection ----------------------------------------------------------------------
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            self.metrics.counters["otel_llm.telemetry.dropped"][0] = sum(self.table.dropped.values())
+            return self.metrics.snapshot(time.time_ns())
+
+    def source(self) -> Source:
+        return Source(self.snapshot(), self.table_spec, self.config.model_name, self.config.engine, self.cache_config)
+
+    def render(self, openmetrics: bool = False, profile: str | None = None) -> bytes:
+        """This Telemetry's exposition (`profile` defaults to config.metrics_compat)."""
+        if not self.enabled:
+            return b"# EOF\n" if openmetrics else b""
+        name = profile or self.config.metrics_compat
+        renderer = self._renderers.get(name)
+        if renderer is None:
+            renderer = self._renderers[name] = Renderer(get_profile(name, self.config.max_model_len))
+        return renderer.render([self.source()], openmetrics)
+
+    @property
+    def metrics_app(self):
+        """ASGI app serving this Telemetry's `/metrics` (content negotiation)."""
+        from .asgi import make_metrics_app
+        return make_metrics_app([self], self.config.metrics_compat)
+
+    def model_statistics(self) -> dict:
+        """Triton `$model_stat` for this model/version."""
+        with self._lock:
+            return self.triton.model_stat(self.table)
+
+    def attach_reader(self, reader) -> None:
+        """Make a standard OTel MetricReader (OTLP periodic, in-memory, ...) collect this Telemetry."""
+        from .bridge import attach_reader
+        attach_reader(reader, [self])
+
+    def shutdown(self) -> None:
+        if not self.enabled:
+            return
+        if self._stat_logger is not None:
+            self._stat_logger.stop()
+        if self.tracer is not None:
+            self.tracer.provider.force_flush()
