@@ -25,8 +25,11 @@ class HistogramState:
     the last bucket is +Inf. `counts` has shape [num_series, len(bounds) + 1].
     """
 
-    def __init__(self, bounds: tuple[float, ...], num_series: int = 1, exemplars: bool = False):
+    def __init__(self, bounds: tuple[float, ...], num_series: int = 1, exemplars: bool = False,
+                 scale: float = 1.0, minmax: bool = True):
         self.bounds = np.asarray(bounds, dtype=np.float64)
+        self.scale = scale  # recorded values are multiplied by this at flush (e.g. ns -> s)
+        self.minmax = minmax
         nb = len(bounds) + 1
         self.num_series = num_series
         self.counts = np.zeros((num_series, nb), np.int64)
@@ -36,6 +39,7 @@ class HistogramState:
         self._vals = np.empty(_BUFFER, np.float64)
         self._series = np.zeros(_BUFFER, np.int64)
         self._n = 0
+        self.dropped = 0
         # Exemplars: per (series, bucket) the latest sampled request's trace and value.
         self.exemplars = exemplars
         if exemplars:
@@ -46,38 +50,47 @@ class HistogramState:
 
     def record(self, values: np.ndarray, series: np.ndarray | int = 0,
                trace: np.ndarray | None = None) -> None:
-        """Buffer `values` (float64 array); `trace` is an [n, TRACE_COLUMNS] uint64 array."""
-        n = len(values)
-        if n == 0:
+        """Buffer `values` (numbers, in units of 1/scale); `trace` is an [n, TRACE_COLUMNS] uint64 array."""
+        start = self._n
+        end = start + len(values)
+        if end > _BUFFER:
+            self._record_large(values, series, trace)
             return
-        if self._n + n > _BUFFER:
-            self.flush()
-            if n > _BUFFER:  # a huge batch: fold it in chunks
-                for i in range(0, n, _BUFFER):
-                    s = series if np.ndim(series) == 0 else series[i:i + _BUFFER]
-                    t = None if trace is None else trace[i:i + _BUFFER]
-                    self.record(values[i:i + _BUFFER], s, t)
-                return
-        end = self._n + n
-        self._vals[self._n:end] = values
-        self._series[self._n:end] = series
+        self._vals[start:end] = values
+        if self.num_series > 1:
+            self._series[start:end] = series
         if self.exemplars:
-            self._ex_buf[self._n:end] = 0 if trace is None else trace
+            self._ex_buf[start:end] = 0 if trace is None else trace
         self._n = end
+
+    def _record_large(self, values, series, trace) -> None:
+        self.flush()
+        for i in range(0, len(values), _BUFFER):  # a batch larger than the buffer: in chunks
+            s = series if np.ndim(series) == 0 else series[i:i + _BUFFER]
+            t = None if trace is None else trace[i:i + _BUFFER]
+            self.record(values[i:i + _BUFFER], s, t)
+            self.flush()
 
     def flush(self, now_ns: int = 0) -> None:
         n = self._n
         if n == 0:
             return
         vals, series = self._vals[:n], self._series[:n]
+        if self.scale != 1.0:
+            vals = vals * self.scale
+        keep = series < self.num_series
+        ex = self._ex_buf[:n] if self.exemplars else None
+        if not keep.all():  # out-of-range series (e.g. response index past the cap) are dropped
+            self.dropped += int((~keep).sum())
+            vals, series = vals[keep], series[keep]
+            ex = ex[keep] if ex is not None else None
         nb = self.counts.shape[1]
         idx = np.searchsorted(self.bounds, vals, side="left") + series * nb
         self.counts += np.bincount(idx, minlength=self.counts.size).reshape(self.counts.shape)
         self.sums += np.bincount(series, weights=vals, minlength=self.num_series)
-        np.minimum.at(self.mins, series, vals)
-        np.maximum.at(self.maxs, series, vals)
+        if self.minmax:
+            self._minmax(vals, series)
         if self.exemplars:
-            ex = self._ex_buf[:n]
             sampled = ex[:, 2] != 0
             if sampled.any():
                 where = idx[sampled]  # later values overwrite earlier ones: the latest wins
@@ -85,6 +98,13 @@ class HistogramState:
                 self.ex_value[where] = vals[sampled]
                 self.ex_time_ns[where] = now_ns
         self._n = 0
+
+    def _minmax(self, vals: np.ndarray, series: np.ndarray) -> None:
+        present = np.flatnonzero(np.bincount(series, minlength=self.num_series))
+        for p in present.tolist():  # a handful of series at most
+            v = vals if len(present) == 1 else vals[series == p]
+            self.mins[p] = min(self.mins[p], v.min())
+            self.maxs[p] = max(self.maxs[p], v.max())
 
     @property
     def total_counts(self) -> np.ndarray:

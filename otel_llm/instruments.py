@@ -108,7 +108,7 @@ def instrument_table(max_model_len: int) -> dict[str, Instrument]:
         Instrument("otel_llm.request.params.n", H, "1", "Histogram of the n request parameter.", VLLM_PARAMS_N, op),
         Instrument("otel_llm.request.params.max_tokens", H, "{token}", "Histogram of the max_tokens request parameter.", tokens, op),
         Instrument("gen_ai.server.time_to_first_token", H, "s", "Histogram of time to first token in seconds.", union(VLLM_TTFT, SEMCONV_TTFT), op, True),
-        Instrument("otel_llm.request.inter_token_latency", H, "s", "Histogram of inter-token latency in seconds.", VLLM_ITL, op),
+        Instrument("otel_llm.request.inter_token_latency", H, "s", "Histogram of inter-token latency in seconds.", VLLM_ITL),
         Instrument("gen_ai.server.time_per_output_token", H, "s", "Histogram of time per output token in seconds.", union(VLLM_ITL, SEMCONV_TPOT), op, True),
         Instrument("gen_ai.server.request.duration", H, "s", "Histogram of e2e request latency in seconds.", union(VLLM_REQUEST_LATENCY, SEMCONV_DURATION), op_reason, True),
         Instrument("otel_llm.request.queue.duration", H, "s", "Histogram of time spent in WAITING phase for request.", VLLM_REQUEST_LATENCY, op, True),

@@ -16,7 +16,7 @@ from .instruments import Instrument, Kind
 
 
 class MetricsState:
-    """All instruments' state, keyed by canonical name."""
+    """All instruments' state, keyed by canonical name. Histograms in seconds are recorded in ns."""
 
     def __init__(self, table: dict[str, Instrument]):
         self.table = table
@@ -25,7 +25,8 @@ class MetricsState:
         self.gauges: dict[str, float | None] = {}
         for name, inst in table.items():
             if inst.kind is Kind.HISTOGRAM:
-                self.histograms[name] = HistogramState(inst.buckets, inst.num_series, inst.exemplars)
+                self.histograms[name] = HistogramState(inst.buckets, inst.num_series, inst.exemplars,
+                                                        1e-9 if inst.unit == "s" else 1.0)
             elif inst.kind is Kind.COUNTER:
                 self.counters[name] = np.zeros(inst.num_series, np.float64)
             else:

@@ -23,6 +23,13 @@ _EMPTY_I4 = np.zeros(0, np.int32)
 _EMPTY_U1 = np.zeros(0, np.uint8)
 
 
+_ONES = np.ones(4096, np.int32)
+
+
+def _ones(n: int) -> np.ndarray:
+    return _ONES[:n] if n <= len(_ONES) else np.ones(n, np.int32)
+
+
 class StepRecorder:
     """Collects one engine step's events and outputs; engine-loop thread only."""
 
@@ -44,6 +51,7 @@ class StepRecorder:
         self._fin_reason: list[int] = []
         self._fin_max: list[int] = []
         self._snapshot: SchedulerSnapshot | None = None
+        self._all_one = True
 
     def _event(self, rid: int, kind: EventKind, value: int = 0) -> None:
         if self.enabled:
@@ -69,10 +77,11 @@ class StepRecorder:
         if not self.enabled:
             return
         rid = np.asarray(rids, dtype=np.int64)
-        if np.ndim(num_new_tokens) == 0:
-            n = np.full(len(rid), num_new_tokens, np.int32)
+        if isinstance(num_new_tokens, int) and num_new_tokens == 1:
+            n = _ones(len(rid))
         else:
-            n = np.asarray(num_new_tokens, dtype=np.int32)
+            n = np.broadcast_to(np.asarray(num_new_tokens, dtype=np.int32), rid.shape)
+            self._all_one = False
         self._out_rid.append(rid)
         self._out_n.append(n)
 
@@ -100,8 +109,11 @@ class StepRecorder:
         if not self.enabled:
             return None
         ts = self._clock()
-        out_rid = np.concatenate(self._out_rid) if self._out_rid else _EMPTY_I8
-        out_n = np.concatenate(self._out_n) if self._out_n else _EMPTY_I4
+        if len(self._out_rid) == 1:
+            out_rid, out_n = self._out_rid[0], self._out_n[0]
+        else:
+            out_rid = np.concatenate(self._out_rid) if self._out_rid else _EMPTY_I8
+            out_n = np.concatenate(self._out_n) if self._out_n else _EMPTY_I4
         rec = StepRecord(
             ts, self.anchor_wall_ns, self.anchor_mono_ns, num_computed_prompt_tokens,
             np.array(self._ev_rid, np.int64) if self._ev_rid else _EMPTY_I8,
@@ -113,6 +125,7 @@ class StepRecorder:
             np.array(self._fin_reason, np.uint8) if self._fin_reason else _EMPTY_U1,
             np.array(self._fin_max, np.int32) if self._fin_max else _EMPTY_I4,
             self._snapshot,
+            self._all_one,
         )
         self._reset()
         return rec

@@ -33,7 +33,8 @@ _SLOT_MASK = 0xFFFFFFFF
 _NUM_REASONS = len(FinishReason)
 MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 
-_INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "num_gen",
+# Per-slot int64 columns. Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
+_INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
                "num_cached", "max_tokens", "n", "npre", "chunks")
 
 
@@ -64,14 +65,16 @@ class RequestTable:
     """Slot-indexed per-request arrays plus the step-application logic."""
 
     def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20):
+        if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
+            raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
         self.metrics = metrics
         # Triton response_stats: count and ns per response index (series), no buckets.
-        self.responses = HistogramState((), MAX_RESPONSE_INDEX)
+        self.responses = HistogramState((), MAX_RESPONSE_INDEX, minmax=False)
         self.last_step_ts = 0
         self.batch_sizes: dict[int, list[int]] = {}  # batch size -> [count, ns]
         self.max_capacity = max_capacity
         self.cap = 0
-        self.gen = np.zeros(0, np.int64)  # current generation per slot, 0 = free
+        self.handle = np.zeros(0, np.int64)  # live handle per slot, 0 = free
         self._next_gen = np.zeros(0, np.int64)
         self.op = np.zeros(0, np.int64)
         self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
@@ -91,7 +94,7 @@ class RequestTable:
             out[: len(a)] = a
             return out
 
-        for f in ("gen", "_next_gen", "op", "trace") + _INT_FIELDS:
+        for f in ("handle", "_next_gen", "op", "trace") + _INT_FIELDS:
             setattr(self, f, widen(getattr(self, f)))
         self.infos.extend([None] * (new_cap - self.cap))
         self.preemption_ts.extend([None] * (new_cap - self.cap))
@@ -111,7 +114,8 @@ class RequestTable:
         slot = self._free.pop()
         g = int(self._next_gen[slot]) % 0x7FFFFFFF + 1
         self._next_gen[slot] = g
-        self.gen[slot] = g
+        handle = (g << 32) | slot
+        self.handle[slot] = handle
         self.op[slot] = op_index
         self.arrival[slot] = arrival_ns
         self.num_prompt[slot] = info.prompt_tokens
@@ -120,22 +124,19 @@ class RequestTable:
         self.trace[slot] = trace
         self.infos[slot] = info
         self.num_active += 1
-        return (g << 32) | slot
+        return handle
 
     def slot_of(self, handle: int) -> int | None:
         """The slot of a live handle, or None (stale, unknown or malformed)."""
-        slot = handle & _SLOT_MASK
-        if handle > 0 and slot < self.cap and self.gen[slot] == handle >> 32:
-            return slot
-        return None
+        slot = handle & (self.cap - 1)
+        return slot if handle > 0 and self.handle[slot] == handle else None
 
     def _slots(self, rids: np.ndarray, reason: str = "unknown_request") -> tuple[np.ndarray, np.ndarray | None]:
         """Map handles to slots; returns (slots of valid handles, mask or None if all valid)."""
-        slot = rids & _SLOT_MASK
-        inb = slot < self.cap
-        ok = inb & (self.gen[np.where(inb, slot, 0)] == (rids >> 32)) & (rids > 0)
-        if ok.all():
+        slot = rids & (self.cap - 1)  # capacity is a power of two: always in range
+        if self.handle[slot].tobytes() == rids.tobytes():  # all valid: one memcmp
             return slot, None
+        ok = self.handle[slot] == rids
         self.dropped[reason] += int((~ok).sum())
         return slot[ok], ok
 
@@ -176,41 +177,43 @@ class RequestTable:
                 self.preemption_ts[slot].append(t)
 
     def _outputs(self, rec: StepRecord, now_ns: int) -> int:
+        """The token path: a fixed, small number of vectorised operations per step."""
         s, ok = self._slots(rec.output_rid)
         n = rec.output_num_tokens if ok is None else rec.output_num_tokens[ok]
-        if (n <= 0).any():
+        total = len(s)
+        if not rec.outputs_all_one:  # spec decode, n > 1, or bad counts
+            total = int(n.sum())
             good = n > 0
-            self.dropped["bad_value"] += int((~good).sum())
-            s, n = s[good], n[good]
+            if not good.all():
+                self.dropped["bad_value"] += int((~good).sum())
+                s, n = s[good], n[good]
+                total = int(n.sum())
+            self.extra_gen[s] += n - 1
         h = self.metrics.histograms
         ts = rec.step_ts_ns
-        first = self.first[s] == 0
-        sf = s[first] if not first.all() else s
-        sched = self.sched[s]
-        self._responses(s, np.where(first, np.where(sched > 0, ts - sched, 0), ts - self.last[s]), len(s), ts)
-        if len(sf):
+        last, chunks = self.last[s], self.chunks[s]
+        is_first = self.first[s] == 0
+        if is_first.any():
+            sf = s[is_first]
             self.first[sf] = ts
             self.first_recv[sf] = now_ns
-            h["gen_ai.server.time_to_first_token"].record((now_ns - self.arrival[sf]) * 1e-9, self.op[sf], self.trace[sf])
+            h["gen_ai.server.time_to_first_token"].record(now_ns - self.arrival[sf], self.op[sf], self.trace[sf])
             self.metrics.add("otel_llm.usage.prompt_tokens", int(self.num_prompt[sf].sum()))
-        if len(sf) != len(s):
-            sn = s[~first]
-            h["otel_llm.request.inter_token_latency"].record((ts - self.last[sn]) * 1e-9, self.op[sn])
+            sched = self.sched[s]
+            resp_ns = np.where(is_first, np.where(sched > 0, ts - sched, 0), ts - last)
+            h["otel_llm.request.inter_token_latency"].record(resp_ns[~is_first])
+        else:
+            resp_ns = ts - last
+            h["otel_llm.request.inter_token_latency"].record(resp_ns)
         self.last[s] = ts
-        self.num_gen[s] += n
-        self.chunks[s] += 1
-        total = int(n.sum())
+        self.chunks[s] = chunks + 1
+        self._responses(chunks, resp_ns, len(s), ts)
         self.metrics.add("otel_llm.usage.generation_tokens", total)
         return total
 
-    def _responses(self, s: np.ndarray, ns: np.ndarray, batch_size: int, ts: int) -> None:
-        """Triton statistics: per response index and per batch size (engine clock)."""
-        idx = self.chunks[s]
-        keep = idx < MAX_RESPONSE_INDEX
-        if not keep.all():
-            self.dropped["bad_value"] += int((~keep).sum())
-            idx, ns = idx[keep], ns[keep]
-        self.responses.record(np.maximum(ns, 0).astype(np.float64), idx)
+    def _responses(self, index: np.ndarray, ns: np.ndarray, batch_size: int, ts: int) -> None:
+        """Triton statistics: per response index (capped, see HistogramState) and per batch size."""
+        self.responses.record(ns, index)
         entry = self.batch_sizes.setdefault(batch_size, [0, 0])
         entry[0] += 1
         entry[1] += ts - self.last_step_ts if self.last_step_ts else 0
@@ -251,10 +254,10 @@ class RequestTable:
         m, h = self.metrics, self.metrics.histograms
         op, trace = self.op[s], self.trace[s]
         q, sc, f, last = self.queued[s], self.sched[s], self.first[s], self.last[s]
-        num_gen, num_prompt = self.num_gen[s], self.num_prompt[s]
+        num_gen, num_prompt = self.chunks[s] + self.extra_gen[s], self.num_prompt[s]
         series_reason = op * _NUM_REASONS + reasons
         m.add_many("otel_llm.request.finished", series_reason)
-        h["gen_ai.server.request.duration"].record((now_ns - self.arrival[s]) * 1e-9, series_reason, trace)
+        h["gen_ai.server.request.duration"].record(now_ns - self.arrival[s], series_reason, trace)
         h["otel_llm.request.prompt_tokens"].record(num_prompt.astype(np.float64), op, trace)
         h["otel_llm.request.generation_tokens"].record(num_gen.astype(np.float64), op, trace)
         h["otel_llm.request.max_generation_tokens"].record(
@@ -273,12 +276,12 @@ class RequestTable:
         if valid.any():
             v_op, v_tr = op[valid], trace[valid]
             qv, sv, fv, lv = q[valid], sc[valid], f[valid], last[valid]
-            h["otel_llm.request.queue.duration"].record((sv - qv) * 1e-9, v_op, v_tr)
-            h["otel_llm.request.prefill.duration"].record((fv - sv) * 1e-9, v_op, v_tr)
-            h["otel_llm.request.decode.duration"].record((lv - fv) * 1e-9, v_op, v_tr)
-            h["otel_llm.request.inference.duration"].record((lv - sv) * 1e-9, v_op, v_tr)
+            h["otel_llm.request.queue.duration"].record(sv - qv, v_op, v_tr)
+            h["otel_llm.request.prefill.duration"].record(fv - sv, v_op, v_tr)
+            h["otel_llm.request.decode.duration"].record(lv - fv, v_op, v_tr)
+            h["otel_llm.request.inference.duration"].record(lv - sv, v_op, v_tr)
             g = num_gen[valid]
-            tpot = np.where(g > 1, (lv - fv) * 1e-9 / np.maximum(g - 1, 1), 0.0)
+            tpot = np.where(g > 1, (lv - fv) / np.maximum(g - 1, 1), 0.0)
             h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
         batch = FinishedBatch(
             [self.infos[i] for i in s.tolist()], reasons.copy(), self.arrival[s], now_ns, q, sc, f, last,
@@ -290,7 +293,7 @@ class RequestTable:
         return batch
 
     def _release(self, s: np.ndarray) -> None:
-        self.gen[s] = 0
+        self.handle[s] = 0
         for f in _INT_FIELDS:
             getattr(self, f)[s] = 0
         self.trace[s] = 0
