@@ -115,11 +115,13 @@ class Renderer:
             lines.append(f"# TYPE {fname} {kind}")
             for src, inst in members:
                 prepared, pos = self._prepared(src, fam, inst)
+                empty = self.profile.emit_empty or not inst.dims
                 if inst.kind is Kind.HISTOGRAM:
-                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics)
+                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty)
                 elif inst.kind is Kind.COUNTER:
                     values = src.snapshot.counters[inst.name]
-                    lines.extend(p + _num(values[series].sum()) for series, p in prepared)
+                    lines.extend(p + _num(values[series].sum()) for series, p in prepared
+                                 if empty or values[series].any())
                 else:
                     v = src.snapshot.gauges.get(inst.name)
                     lines.extend(p + _num(0.0 if v is None else v) for _, p in prepared)
@@ -129,10 +131,13 @@ class Renderer:
         return "\n".join(lines).encode()
 
     @staticmethod
-    def _histogram(lines: list[str], h: HistogramSnapshot, prepared, pos: np.ndarray, openmetrics: bool) -> None:
+    def _histogram(lines: list[str], h: HistogramSnapshot, prepared, pos: np.ndarray, openmetrics: bool,
+                   empty: bool) -> None:
         nb = h.counts.shape[1]
         for series, prefixes, p_sum, p_count in prepared:
             counts = h.counts[series].sum(axis=0)
+            if not empty and not counts.any():
+                continue
             cum = np.cumsum(counts)
             values = cum[pos].tolist() + [int(cum[-1])]
             if openmetrics and h.exemplars is not None:

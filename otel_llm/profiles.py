@@ -43,6 +43,7 @@ class Profile:
     model_label: str
     engine_label: str
     families: tuple[Family, ...]
+    emit_empty: bool  # vLLM pre-creates every labelled child; OTel exports only series with data
 
 
 def _vllm() -> Profile:
@@ -73,9 +74,9 @@ def _vllm() -> Profile:
         Family("otel_llm.request.decode.duration", "vllm:request_decode_time_seconds"),
         Family("otel_llm.request.preemptions", "vllm:request_num_preemptions"),
         Family("otel_llm.cache_config.info", "vllm:cache_config_info"),
-        Family("otel_llm.telemetry.dropped", "otel_llm:telemetry_dropped"),
+        Family("otel_llm.telemetry.dropped", "otel_llm_telemetry_dropped"),
     ]
-    return Profile("vllm", "model_name", "engine", tuple(fams))
+    return Profile("vllm", "model_name", "engine", tuple(fams), True)
 
 
 _UNIT_SUFFIX = {"s": "seconds", "ms": "milliseconds", "By": "bytes"}
@@ -105,7 +106,7 @@ def _otel(table: dict[str, I.Instrument]) -> Profile:
                    "gen_ai.server.time_per_output_token": I.SEMCONV_TPOT,
                    "gen_ai.server.request.duration": I.SEMCONV_DURATION}.get(inst.name)
         fams.append(Family(inst.name, prometheus_name(inst), labels, buckets))
-    return Profile("otel", "gen_ai_request_model", "otel_llm_engine", tuple(fams))
+    return Profile("otel", "gen_ai_request_model", "otel_llm_engine", tuple(fams), False)
 
 
 def get_profile(name: str, max_model_len: int = 8192) -> Profile:

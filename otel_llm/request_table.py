@@ -163,11 +163,14 @@ class RequestTable:
         for k, field in ((EventKind.QUEUED, self.queued), (EventKind.SCHEDULED, self.sched)):
             m = kind == k
             if m.any():
-                sk, tk = s[m], ts[m]
+                sk, tk, vk = s[m], ts[m], val[m]
+                if len(sk) > 1:  # the same request twice in one step: its first event counts
+                    sk, idx = np.unique(sk, return_index=True)
+                    tk, vk = tk[idx], vk[idx]
                 fresh = field[sk] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
                 field[sk[fresh]] = tk[fresh]
                 if k == EventKind.SCHEDULED:
-                    self.num_cached[sk[fresh]] = val[m][fresh]
+                    self.num_cached[sk[fresh]] = vk[fresh]
         m = kind == EventKind.PREEMPTED
         if m.any():
             for slot, t in zip(s[m].tolist(), ts[m].tolist()):

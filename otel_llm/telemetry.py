@@ -34,8 +34,10 @@ logger = logging.getLogger("otel_llm")
 class Telemetry:
     """One model/engine's request table, aggregates, tracer and statistics."""
 
-    def __init__(self, config: TelemetryConfig):
+    def __init__(self, config: TelemetryConfig, clock=time.monotonic_ns):
+        """`clock`: the frontend's monotonic ns clock (injectable for tests)."""
         self.config = config
+        self._clock = clock
         self.enabled = config.enabled
         if not self.enabled:
             return
@@ -44,7 +46,7 @@ class Telemetry:
         self.metrics = MetricsState(self.table_spec)
         self.table = RequestTable(self.metrics)
         self.triton = TritonStats(config.model_name, config.model_version)
-        self.anchor = (time.time_ns(), time.monotonic_ns())
+        self.anchor = (time.time_ns(), clock())
         self.start_time_ns = self.anchor[0]
         self._engine_anchor = self.anchor
         self.cache_config = tuple((str(k), str(v)) for k, v in sorted(config.cache_config.items()))
@@ -68,7 +70,7 @@ class Telemetry:
         """Register an arriving request; returns its int64 handle (the engine's rid), -1 if disabled/full."""
         if not self.enabled:
             return -1
-        now = time.monotonic_ns()
+        now = self._clock()
         try:
             op = operation_index(info.operation)
             trace = self.tracer.start(info, info.operation) if self.tracer else (0, 0, 0, 0)
@@ -83,7 +85,7 @@ class Telemetry:
         """Apply one engine step (bytes from `StepRecorder.end_step_bytes`, or a StepRecord)."""
         if not self.enabled or step is None:
             return
-        now = time.monotonic_ns()
+        now = self._clock()
         try:
             rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
         except ValueError:
@@ -117,7 +119,7 @@ class Telemetry:
             return
         try:
             with self._lock:
-                finished = self.table.finish_from_frontend(handle, reason, time.monotonic_ns())
+                finished = self.table.finish_from_frontend(handle, reason, self._clock())
                 if finished is not None:
                     self.triton.on_finished(finished)
             if finished is not None and self.tracer is not None:

@@ -1,0 +1,1 @@
+"""The otel-llm collector: OTLP in -> compatibility shim -> Prometheus and trace backends."""

@@ -1,0 +1,156 @@
+"""`create_app(config)`: the FastAPI application of `otel-llm serve`.
+
+The lifespan starts the engine (process or thread), waits for READY, builds the
+telemetry SDK with the engine's `max_model_len`, and attaches the engine reader
+to this event loop. Routes:
+
+    POST /v1/completions, /v1/chat/completions   OpenAI (JSON or SSE)
+    GET  /v1/models
+    GET  /health                                  200, or 503 with the reason once the engine died
+    GET  /metrics                                 the SDK's Prometheus exposition
+    GET  /v2, /v2/health/{live,ready}, /v2/models/{name}/ready,
+         /v2/models[/{name}[/versions/{version}]]/stats    Triton / KServe v2
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.routing import Route
+
+from otel_llm import Telemetry, TelemetryConfig
+from server import protocol
+from server.api import triton
+from server.api.errors import OpenAIError, openai_error_handler, validation_error_handler
+from server.api.serving import OpenAIServing
+from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
+from server.config import ServerConfig
+from server.engine_client import EngineClient
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """What the handlers share, built once in the lifespan (`app.state.serving`)."""
+
+    config: ServerConfig
+    client: EngineClient
+    tel: Telemetry
+    openai: OpenAIServing
+    metrics_app: object  # ASGI
+    model_name: str
+    created: int
+
+
+def load_tokenizer(spec: str, dtype: str):
+    """The served model's tokenizer, for tokenizing in the API process.
+
+    Uses `server.model.load_tokenizer` when the model package provides it;
+    otherwise falls back to `load_model(...).tokenizer`, which also loads the
+    weights once in this process (cheap for `dummy`, wasteful for big models).
+    """
+    import server.model as model
+
+    if hasattr(model, "load_tokenizer"):
+        return model.load_tokenizer(spec)
+    return model.load_model(spec, "float32" if dtype in ("float16", "auto") else dtype).tokenizer
+
+
+def _kv_device(device: str) -> str:
+    """The word in the stat log line ("GPU KV cache usage")."""
+    if device == "auto":
+        import torch
+
+        return "GPU" if torch.cuda.is_available() else "CPU"
+    return "CPU" if device == "cpu" else "GPU"
+
+
+class _MetricsEndpoint:
+    """Forwards to the SDK's ASGI metrics app (a Route, not a Mount: no 307 to `/metrics/`)."""
+
+    async def __call__(self, scope, receive, send):
+        await scope["app"].state.serving.metrics_app(scope, receive, send)
+
+
+def create_app(config: ServerConfig, client: EngineClient | None = None) -> FastAPI:
+    """The app; `client` is an already started engine (the CLI starts it first so
+    engine config errors fail before the port is bound), else the lifespan starts one.
+    The app owns the client either way and closes it at shutdown."""
+    # Tracing costs a span per request: on only when the spans go somewhere.
+    tracer_provider = (build_tracer_provider("otel-llm", config.otlp_traces_endpoint)
+                       if config.otlp_traces_endpoint else None)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine = client
+        if engine is None:
+            engine = EngineClient(config)
+            await asyncio.to_thread(engine.start)
+        try:
+            tokenizer = await asyncio.to_thread(load_tokenizer, config.model, config.dtype)
+            model_name = config.served_model_name or engine.model_name
+            tel = Telemetry(TelemetryConfig(
+                model_name=model_name, engine="0", enabled=config.log_stats,
+                log_stats_interval_s=config.log_stats_interval_s, max_model_len=engine.max_model_len,
+                cache_config={"block_size": str(config.block_size),
+                              "num_gpu_blocks": str(config.num_kv_blocks or ""),
+                              "enable_prefix_caching": "True"},
+                metrics_compat=config.metrics_compat, tracing=tracer_provider is not None,
+                tracer_provider=tracer_provider,
+                kv_device=_kv_device(config.device),
+            ))
+            engine.attach(asyncio.get_running_loop(), tel)
+        except BaseException:
+            engine.close()
+            raise
+        app.state.serving = ServingState(
+            config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name), tel.metrics_app,
+            model_name, int(time.time()),
+        )
+        logger.info("serving %s on http://%s:%d", model_name, config.host, config.port)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(engine.close)
+            tel.shutdown()
+            if tracer_provider is not None:
+                tracer_provider.shutdown()
+
+    app = FastAPI(title="otel-llm", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_exception_handler(OpenAIError, openai_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    if tracer_provider is not None:
+        app.add_middleware(ServerSpanMiddleware, tracer_provider=tracer_provider)
+    app.router.routes.append(Route("/metrics", _MetricsEndpoint(), methods=["GET"]))
+    app.include_router(triton.router)
+
+    @app.post("/v1/completions")
+    async def completions(body: protocol.CompletionRequest, request: Request):
+        return await request.app.state.serving.openai.completions(body, request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: protocol.ChatCompletionRequest, request: Request):
+        return await request.app.state.serving.openai.chat(body, request)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        s: ServingState = request.app.state.serving
+        return protocol.model_list(s.model_name, s.created, s.client.max_model_len)
+
+    @app.get("/health")
+    async def health(request: Request):
+        s: ServingState = request.app.state.serving
+        if s.client.dead_reason is not None:
+            return JSONResponse({"status": "unhealthy", "reason": s.client.dead_reason}, status_code=503)
+        return {"status": "ok", "model": s.model_name, "engine_pid": s.client.engine_pid,
+                "in_flight": s.client.num_in_flight, "otlp_traces_endpoint": s.config.otlp_traces_endpoint}
+
+    return app

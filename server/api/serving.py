@@ -1,0 +1,298 @@
+"""`OpenAIServing`: `/v1/completions` and `/v1/chat/completions`.
+
+Per request, on the event-loop thread: validate (400/404 naming the field),
+tokenize in this process, `Telemetry.arrival` (its handle is the engine rid),
+send ADD, then consume the request's queue (`EngineClient.add`) either into one
+JSON body or into an SSE stream (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`).
+Whatever has piled up in the queue is coalesced into one chunk per choice, so a
+slow reader costs fewer writes, not more. If the client goes away before the
+request finished (stream closed, or the connection dropped while waiting for a
+non-streaming body) the request is aborted in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from otel_llm import FinishReason, RequestInfo
+from server import ipc, protocol
+from server.api.errors import OpenAIError, bad_request
+from server.api.tracing import current_trace_headers
+from server.engine_client import EngineClient, EngineDead, Rejected
+
+_REASONS = {int(r): r.name.lower() for r in FinishReason}
+_DONE = "data: [DONE]\n\n"
+_TERMINAL = (int(FinishReason.ERROR), int(FinishReason.ABORT))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A validated request, ready for the engine (rid not yet allocated)."""
+
+    request_id: str
+    operation: str
+    prompt_ids: list[int]
+    max_tokens: int
+    max_tokens_requested: int | None
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class OpenAIServing:
+    """Handlers for the two generation endpoints; event-loop thread only."""
+
+    def __init__(self, client: EngineClient, telemetry, tokenizer, model_name: str):
+        self.client = client
+        self.tel = telemetry
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_model_len = client.max_model_len
+        self._fallback_rids = itertools.count(1)  # engine rids while telemetry is disabled
+
+    # -- endpoints ---------------------------------------------------------
+    async def completions(self, req: protocol.CompletionRequest, request: Request) -> Response:
+        self._check_model(req.model)
+        if req.echo:
+            raise bad_request("echo is not supported", "echo")
+        prompt_ids = self._completion_prompt(req.prompt)
+        p = self._prepare(req, "text_completion", f"cmpl-{uuid.uuid4().hex}", prompt_ids, req.max_tokens)
+        return await self._serve(p, request, chat=False)
+
+    async def chat(self, req: protocol.ChatCompletionRequest, request: Request) -> Response:
+        self._check_model(req.model)
+        if not req.messages:
+            raise bad_request("messages must be a non-empty list", "messages")
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        try:
+            prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        except ValueError as exc:
+            raise bad_request(str(exc), "messages") from None
+        prompt_ids = self.tokenizer.encode(prompt)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        p = self._prepare(req, "chat", f"chatcmpl-{uuid.uuid4().hex}", prompt_ids, max_tokens, param)
+        return await self._serve(p, request, chat=True)
+
+    # -- validation --------------------------------------------------------
+    def _check_model(self, model: str) -> None:
+        if model != self.model_name:
+            raise OpenAIError(404, f"The model `{model}` does not exist.", "model", "model_not_found")
+
+    def _completion_prompt(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if not prompt:
+            raise bad_request("prompt must not be empty", "prompt")
+        if isinstance(prompt[0], int):
+            ids = list(prompt)
+        elif len(prompt) != 1:
+            raise bad_request("batched prompts are not supported: send one prompt per request", "prompt")
+        elif isinstance(prompt[0], str):
+            return self.tokenizer.encode(prompt[0])
+        else:
+            ids = list(prompt[0])
+        vocab = self.tokenizer.vocab_size
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise bad_request(f"token id {bad} is out of range [0, {vocab})", "prompt")
+        return ids
+
+    def _prepare(self, req, operation: str, request_id: str, prompt_ids: list[int], max_tokens: int | None,
+                 max_tokens_param: str = "max_tokens") -> _Prepared:
+        if not prompt_ids:
+            raise bad_request("the prompt is empty (0 tokens)", "prompt" if operation != "chat" else "messages")
+        if max_tokens is not None and max_tokens < 1:
+            raise bad_request(f"{max_tokens_param} must be at least 1, got {max_tokens}", max_tokens_param)
+        if req.n < 1:
+            raise bad_request(f"n must be at least 1, got {req.n}", "n")
+        temperature = 1.0 if req.temperature is None else req.temperature
+        if not temperature >= 0:
+            raise bad_request(f"temperature must be >= 0, got {req.temperature}", "temperature")
+        top_p = 1.0 if req.top_p is None else req.top_p
+        if not 0 < top_p <= 1:
+            raise bad_request(f"top_p must be in (0, 1], got {req.top_p}", "top_p")
+        top_k = -1 if req.top_k is None else req.top_k
+        if top_k < -1:
+            raise bad_request(f"top_k must be -1 (off) or >= 0, got {req.top_k}", "top_k")
+        if req.logprobs:
+            raise bad_request("logprobs are not supported", "logprobs")
+        stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+        if any(not s for s in stop):
+            raise bad_request("stop strings must be non-empty", "stop")
+        n_prompt, limit = len(prompt_ids), self.max_model_len
+        if n_prompt >= limit:
+            raise bad_request(
+                f"This model's maximum context length is {limit} tokens. However, your prompt is "
+                f"{n_prompt} tokens, which leaves no room for the completion. Please reduce the length "
+                "of the prompt.", "messages" if operation == "chat" else "prompt")
+        if max_tokens is not None and n_prompt + max_tokens > limit:
+            raise bad_request(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the prompt, {max_tokens} in the completion). "
+                f"Please reduce the length of the prompt or {max_tokens_param}.", max_tokens_param)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return _Prepared(
+            request_id, operation, prompt_ids, max_tokens if max_tokens is not None else limit - n_prompt,
+            max_tokens, req.n, temperature, top_p, top_k, req.seed, stop, req.ignore_eos, req.stream, include_usage,
+        )
+
+    # -- serving -----------------------------------------------------------
+    async def _serve(self, p: _Prepared, request: Request, chat: bool) -> Response:
+        if self.client.dead_reason is not None:
+            raise OpenAIError(503, f"the engine is not running: {self.client.dead_reason}", code="engine_dead")
+        trace_headers = current_trace_headers()
+        rid = self.tel.arrival(RequestInfo(
+            request_id=p.request_id, operation=p.operation, prompt_tokens=len(p.prompt_ids),
+            max_tokens=p.max_tokens_requested, n=p.n, temperature=p.temperature, top_p=p.top_p,
+            top_k=p.top_k if p.top_k > 0 else None, seed=p.seed, stream=p.stream, stop_sequences=p.stop,
+            trace_headers=trace_headers or None,
+        ))
+        if rid < 0:
+            rid = next(self._fallback_rids)
+        try:
+            queue = self.client.add(ipc.AddRequest(
+                rid, p.prompt_ids, p.n, p.temperature, p.top_p, p.top_k, p.seed, p.max_tokens, p.ignore_eos, p.stop,
+            ))
+        except EngineDead as exc:
+            if self.tel.enabled:
+                self.tel.fail(rid, FinishReason.ERROR)
+            raise OpenAIError(503, f"the engine is not running: {exc}", code="engine_dead") from None
+        batches = self._batches(rid, queue, p.n)
+        if p.stream:
+            return StreamingResponse(self._sse(p, batches, chat), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            return await _until_disconnect(request, self._collect(p, batches, chat))
+        except _ClientGone:
+            return Response(status_code=499)
+
+    async def _batches(self, rid: int, queue: asyncio.Queue, n: int) -> AsyncIterator[list[ipc.SeqOutput]]:
+        """Everything queued for `rid` so far, until its `n` sequences finished.
+        Aborts the request in the engine if the consumer stops early."""
+        remaining = n
+        try:
+            while remaining:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                for item in batch:
+                    if isinstance(item, EngineDead):
+                        raise OpenAIError(500, f"the engine process died while serving this request: {item}",
+                                          code="engine_dead")
+                    if isinstance(item, Rejected):
+                        raise bad_request(item.message)
+                    if item.finished:
+                        # ERROR/ABORT may come before the request forked its n sequences:
+                        # it ends the whole request.
+                        remaining = 0 if item.finish_reason in _TERMINAL else remaining - 1
+                yield batch
+        finally:
+            if remaining:
+                self.client.abort(rid)
+            else:
+                self.client.release(rid)
+
+    async def _collect(self, p: _Prepared, batches, chat: bool) -> JSONResponse:
+        texts = [[] for _ in range(p.n)]
+        reasons: list[str | None] = [None] * p.n
+        n_out = n_cached = 0
+        async for batch in batches:
+            for o in batch:
+                texts[o.seq_index].append(o.text)
+                n_out += len(o.token_ids)
+                n_cached = o.num_cached_tokens
+                if o.finished:
+                    reasons[o.seq_index] = _REASONS.get(o.finish_reason)
+        joined = ["".join(t) for t in texts]
+        use = protocol.usage(len(p.prompt_ids), n_out, n_cached)
+        build = protocol.chat_response if chat else protocol.completion_response
+        return JSONResponse(build(p.request_id, int(time.time()), self.model_name, joined, reasons, use))
+
+    async def _sse(self, p: _Prepared, batches, chat: bool) -> AsyncIterator[str]:
+        created, model, with_usage = int(time.time()), self.model_name, p.include_usage
+        n_out = n_cached = 0
+        try:
+            if chat:
+                for i in range(p.n):
+                    yield _sse(protocol.chat_chunk(p.request_id, created, model, i, {"role": "assistant", "content": ""},
+                                                   None, with_usage))
+            async for batch in batches:
+                per_seq: dict[int, list] = {}
+                for o in batch:
+                    entry = per_seq.setdefault(o.seq_index, [[], None])
+                    entry[0].append(o.text)
+                    n_out += len(o.token_ids)
+                    n_cached = o.num_cached_tokens
+                    if o.finished:
+                        entry[1] = _REASONS.get(o.finish_reason)
+                parts = []
+                for i, (pieces, reason) in per_seq.items():
+                    text = "".join(pieces)
+                    if not text and reason is None:
+                        continue
+                    if chat:
+                        chunk = protocol.chat_chunk(p.request_id, created, model, i,
+                                                    {"content": text} if text else {}, reason, with_usage)
+                    else:
+                        chunk = protocol.completion_chunk(p.request_id, created, model, i, text, reason, with_usage)
+                    parts.append(_sse(chunk))
+                if parts:
+                    yield "".join(parts)
+            if with_usage:
+                obj = "chat.completion.chunk" if chat else "text_completion"
+                use = protocol.usage(len(p.prompt_ids), n_out, n_cached)
+                yield _sse(protocol.usage_chunk(p.request_id, created, model, obj, use))
+        except OpenAIError as exc:
+            yield _sse(exc.body())
+        yield _DONE
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+async def _until_disconnect(request: Request, work):
+    """Run `work`; if the client disconnects first, cancel it (its cleanup aborts
+    the engine request) and raise `_ClientGone`."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+    raise _ClientGone

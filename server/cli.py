@@ -1,0 +1,153 @@
+"""`otel-llm` command line: `serve` (the reference server) and `demo` (a client).
+
+This is the one edge where flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) are read; everything below gets a frozen
+`ServerConfig`. A bad value fails here, naming it, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from server.config import BUILTIN_MODELS, DTYPES, METRICS_COMPAT, ServerConfig
+
+logger = logging.getLogger("otel_llm.server")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be >= 1")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: must be in 0..65535")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be > 0")
+    return value
+
+
+_positive_int.__name__ = "positive int"
+_port.__name__ = "port"
+_positive_float.__name__ = "positive number"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="otel-llm", description="OpenTelemetry-first LLM serving")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the OpenAI-compatible server (API process + engine process)")
+    serve.add_argument("--model", default="dummy", help=f"{' | '.join(BUILTIN_MODELS)} | a Hugging Face Llama directory")
+    serve.add_argument("--served-model-name", default=None, help="name clients use (default: the model's name)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=8000)
+    serve.add_argument("--dtype", choices=DTYPES, default="auto")
+    serve.add_argument("--max-num-seqs", type=_positive_int, default=64)
+    serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=2048)
+    serve.add_argument("--num-kv-blocks", type=_positive_int, default=None)
+    serve.add_argument("--block-size", type=_positive_int, default=16)
+    serve.add_argument("--max-model-len", type=_positive_int, default=None)
+    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--metrics-compat", choices=METRICS_COMPAT, default="vllm",
+                       help="metric names on /metrics: vLLM's, or OTel semconv")
+    serve.add_argument("--otlp-traces-endpoint", default=None,
+                       help="OTLP/HTTP traces endpoint (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+                            "then $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+    serve.add_argument("--disable-log-stats", action="store_true", help="turn telemetry off")
+    serve.add_argument("--log-stats-interval", type=_positive_float, default=10.0, help="seconds between stat log lines")
+    serve.add_argument("--in-process", action="store_true", help="run the engine in a thread of the API process")
+    serve.add_argument("--max-recv-per-iter", type=_positive_int, default=64,
+                       help="commands the engine loop drains per iteration")
+    serve.add_argument("--engine-threads", type=_positive_int, default=None,
+                       help="torch threads in the engine (default: cores - 1)")
+    serve.add_argument("--access-log", action="store_true", help="turn uvicorn's access log on")
+
+    demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics")
+    demo.add_argument("--url", default="http://127.0.0.1:8000")
+    demo.add_argument("--requests", type=_positive_int, default=16)
+    demo.add_argument("--concurrency", type=_positive_int, default=8)
+    demo.add_argument("--max-tokens", type=_positive_int, default=48)
+    demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConfig:
+    """Raises ValueError naming the bad value."""
+    endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+    return ServerConfig(
+        model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
+        dtype=args.dtype, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        num_kv_blocks=args.num_kv_blocks, block_size=args.block_size, max_model_len=args.max_model_len,
+        seed=args.seed, in_process=args.in_process, max_recv_per_iter=args.max_recv_per_iter,
+        engine_num_threads=args.engine_threads, log_stats=not args.disable_log_stats,
+        log_stats_interval_s=args.log_stats_interval, metrics_compat=args.metrics_compat,
+        otlp_traces_endpoint=endpoint, access_log=args.access_log,
+    )
+
+
+def _validate_engine_config(config: ServerConfig) -> None:
+    """Let the engine's own config check the engine flags before anything starts."""
+    try:
+        from server.engine.llm_engine import EngineConfig
+    except ImportError:
+        return
+    EngineConfig(**config.engine_kwargs())
+
+
+def serve(config: ServerConfig) -> int:
+    from server.engine_process import cap_threads
+
+    # One torch thread in the API process (it only tokenizes); the engine gets the rest.
+    cap_threads(config.engine_threads if config.in_process else 1)
+    import uvicorn
+
+    from server.api import create_app
+    from server.engine_client import EngineClient, EngineStartError
+
+    client = EngineClient(config)
+    try:
+        client.start()
+    except EngineStartError as exc:
+        logger.error("%s", exc)
+        print(f"otel-llm serve: error: {exc}", file=sys.stderr)
+        return 2 if exc.config_error else 1
+    try:
+        uvicorn.run(create_app(config, client), host=config.host, port=config.port, access_log=config.access_log,
+                    log_config=None, timeout_graceful_shutdown=5)
+    finally:
+        client.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "demo":
+        from server.demo import run_demo
+
+        for noisy in ("httpx", "httpx2", "openai"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model)
+    try:
+        config = config_from_args(args)
+        _validate_engine_config(config)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2
+    return serve(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

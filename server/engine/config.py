@@ -1,0 +1,59 @@
+"""`EngineConfig`: the engine's one validated configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to build an `LLMEngine`. Bad values raise ValueError naming the field and value.
+
+    model: a `server.model.load_model` spec ("dummy", "smollm2", a HF directory).
+    dtype: "auto" (bfloat16 on CUDA; on CPU bfloat16 only with native bf16), or a dtype name.
+    device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N".
+    num_kv_blocks: None sizes the KV cache from a memory budget (CPU: 1 GiB at most,
+        CUDA: half the free memory), never beyond what max_num_seqs full-length
+        sequences need.
+    max_model_len: None = the model's max_position_embeddings.
+    snapshot_interval_s: at most one scheduler snapshot per interval (plus on
+        the first step and when running/waiting turn to or from 0).
+    log_stats: False turns the StepRecorder off (StepOutput.telemetry is None).
+    num_threads: torch CPU threads (None: min(2, CPU count)).
+    """
+
+    model: str = "dummy"
+    dtype: str = "auto"
+    device: str = "auto"
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    num_kv_blocks: int | None = None
+    block_size: int = 16
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    snapshot_interval_s: float = 1.0
+    log_stats: bool = True
+    seed: int = 0
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model={self.model!r}: must be a non-empty model spec")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: must be one of {DTYPES}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(f"device={self.device!r}: must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r}: must be an int >= 1")
+        for name in ("num_kv_blocks", "max_model_len", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name}={value!r}: must be None or an int >= 1")
+        if not self.snapshot_interval_s >= 0:
+            raise ValueError(f"snapshot_interval_s={self.snapshot_interval_s!r}: must be >= 0")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed={self.seed!r}: must be an int")

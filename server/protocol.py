@@ -1,0 +1,130 @@
+"""OpenAI API shapes: request bodies (pydantic, types only) and response builders.
+
+Pydantic checks types and shapes (a wrong type is a 422); value checks (ranges,
+empty lists, context length) are done by the handlers and answered with a 400
+naming the field, as OpenAI does. Unknown fields are ignored. `top_k` and
+`ignore_eos` are vLLM-style extras.
+
+Response builders return plain JSON-ready dicts in OpenAI's exact schema; they
+are called once per streamed chunk, so they stay as cheap as a dict literal.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    n: int = 1
+    seed: int | None = None
+    stop: Union[str, list[str], None] = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False
+    logprobs: object = None
+    user: str | None = None
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: Union[str, list[str], list[int], list[list[int]]]
+    echo: bool = False
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[TextPart], None] = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def completion_response(rid: str, created: int, model: str, texts: list[str], reasons: list[str | None],
+                        usage_: dict) -> dict:
+    return {
+        "id": rid, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": i, "text": t, "logprobs": None, "finish_reason": r}
+                    for i, (t, r) in enumerate(zip(texts, reasons))],
+        "usage": usage_,
+    }
+
+
+def completion_chunk(rid: str, created: int, model: str, index: int, text: str, reason: str | None,
+                     with_usage: bool) -> dict:
+    chunk = {
+        "id": rid, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": reason}],
+    }
+    if with_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def chat_response(rid: str, created: int, model: str, texts: list[str], reasons: list[str | None],
+                  usage_: dict) -> dict:
+    return {
+        "id": rid, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None,
+                     "finish_reason": r} for i, (t, r) in enumerate(zip(texts, reasons))],
+        "usage": usage_,
+    }
+
+
+def chat_chunk(rid: str, created: int, model: str, index: int, delta: dict, reason: str | None,
+               with_usage: bool) -> dict:
+    chunk = {
+        "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}],
+    }
+    if with_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def usage_chunk(rid: str, created: int, model: str, obj: str, usage_: dict) -> dict:
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage_}
+
+
+def model_list(model: str, created: int, max_model_len: int) -> dict:
+    return {"object": "list", "data": [
+        {"id": model, "object": "model", "created": created, "owned_by": "otel-llm", "root": model,
+         "max_model_len": max_model_len},
+    ]}

@@ -1,0 +1,18 @@
+from collections.abc import Iterator
+
+import pytest
+
+from collector.memory_sink import MemorySink
+from collector.otlp_receiver import OtlpReceiver
+from tests.harness.fixtures import prometheus_server  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def sink() -> MemorySink:
+    return MemorySink()
+
+
+@pytest.fixture
+def receiver(sink: MemorySink) -> Iterator[OtlpReceiver]:
+    with OtlpReceiver(sink) as rx:
+        yield rx

@@ -1,0 +1,142 @@
+"""Intervals on hand-built timelines equal the vLLM v1 definitions exactly."""
+
+import numpy as np
+
+from otel_llm import FinishReason, RequestInfo
+
+S = 1_000_000_000  # ns per second
+MS = 1_000_000
+
+
+def only_value(h, name):
+    """The single recorded value of a histogram (count 1) from its sum."""
+    snap = h.hist(name)
+    assert snap.counts.sum() == 1, f"{name}: {snap.counts.sum()} values"
+    return snap.sums.sum()
+
+
+def run_timeline(h, preempt_in_prefill=False, preempt_in_decode=False):
+    """arrival f=1s; QUEUED e=50.000s; SCHEDULED 50.010; first token 50.030; tokens each 5 ms; last 50.045."""
+    h.fclock.t = 1 * S
+    rid = h.tel.arrival(RequestInfo("r1", prompt_tokens=7, operation="chat", max_tokens=4, n=1))
+    h.at(50 * S).queued(rid)
+    h.step(50 * S + 1 * MS, 1 * S + 2 * MS)
+    h.at(50 * S + 10 * MS).scheduled(rid, 3)
+    if preempt_in_prefill:
+        h.at(50 * S + 15 * MS).preempted(rid)
+        h.at(50 * S + 20 * MS).scheduled(rid, 0)  # reschedule: ignored for queue time
+    h.at(50 * S + 30 * MS).outputs([rid], 1)
+    h.step(50 * S + 30 * MS, 1 * S + 40 * MS, prompt_tokens=7)
+    for k in (1, 2, 3):
+        if preempt_in_decode and k == 2:
+            h.at(50 * S + 36 * MS).preempted(rid)
+            h.at(50 * S + 38 * MS).scheduled(rid, 0)
+        h.at(50 * S + (30 + 5 * k) * MS).outputs([rid], 1)
+        if k == 3:
+            h.rec.finished(rid, FinishReason.LENGTH)
+        h.step(50 * S + (30 + 5 * k) * MS, 1 * S + (40 + 5 * k) * MS)
+    return rid
+
+
+def test_intervals_match_vllm_definitions(h):
+    run_timeline(h)
+    assert only_value(h, "otel_llm.request.queue.duration") == 10 * MS * 1e-9  # first SCHEDULED - QUEUED
+    assert only_value(h, "otel_llm.request.prefill.duration") == 20 * MS * 1e-9  # first token - SCHEDULED
+    assert only_value(h, "otel_llm.request.decode.duration") == 15 * MS * 1e-9  # last - first token
+    assert only_value(h, "otel_llm.request.inference.duration") == 35 * MS * 1e-9  # last - SCHEDULED
+    assert only_value(h, "gen_ai.server.time_to_first_token") == 40 * MS * 1e-9  # frontend recv - arrival
+    assert only_value(h, "gen_ai.server.request.duration") == 55 * MS * 1e-9  # frontend finish - arrival
+    assert np.isclose(only_value(h, "gen_ai.server.time_per_output_token"), 15 * MS * 1e-9 / 3)
+    itl = h.hist("otel_llm.request.inter_token_latency")
+    assert itl.counts.sum() == 3 and np.isclose(itl.sums.sum(), 15 * MS * 1e-9)
+    assert only_value(h, "otel_llm.request.generation_tokens") == 4
+    assert only_value(h, "otel_llm.request.prompt_tokens") == 7
+    assert only_value(h, "otel_llm.request.params.max_tokens") == 4
+    assert only_value(h, "otel_llm.request.preemptions") == 0
+
+
+def test_preemption_in_prefill_counts_toward_prefill(h):
+    run_timeline(h, preempt_in_prefill=True)
+    assert only_value(h, "otel_llm.request.queue.duration") == 10 * MS * 1e-9  # reschedule ignored
+    assert only_value(h, "otel_llm.request.prefill.duration") == 20 * MS * 1e-9
+    assert only_value(h, "otel_llm.request.preemptions") == 1
+
+
+def test_preemption_in_decode_counts_toward_decode(h):
+    run_timeline(h, preempt_in_decode=True)
+    assert only_value(h, "otel_llm.request.decode.duration") == 15 * MS * 1e-9
+    assert only_value(h, "otel_llm.request.inference.duration") == 35 * MS * 1e-9
+    assert only_value(h, "otel_llm.request.preemptions") == 1
+
+
+def test_counts_are_exact_for_many_requests(h):
+    rng = np.random.default_rng(0)
+    n_req, produced, prompt_total = 300, 0, 0
+    live = {}
+    t = 1 * S
+    for i in range(n_req):
+        prompt = int(rng.integers(1, 100))
+        prompt_total += prompt
+        rid = h.tel.arrival(RequestInfo(f"r{i}", prompt, "chat", max_tokens=64))
+        h.at(t).queued(rid)
+        h.at(t).scheduled(rid, 0)
+        live[rid] = int(rng.integers(1, 20))
+    while live:
+        t += MS
+        rids = list(live)
+        h.at(t).outputs(rids, 1)
+        produced += len(rids)
+        for rid in rids:
+            live[rid] -= 1
+            if live[rid] == 0:
+                h.rec.finished(rid, FinishReason.STOP if rid % 3 else FinishReason.LENGTH)
+                del live[rid]
+        h.step(t, t)
+    success = h.counter("otel_llm.request.finished")
+    assert success.sum() == n_req
+    assert h.counter("otel_llm.usage.generation_tokens").sum() == produced
+    assert h.counter("otel_llm.usage.prompt_tokens").sum() == prompt_total
+    gen = h.hist("otel_llm.request.generation_tokens")
+    assert gen.counts.sum() == n_req and gen.sums.sum() == produced
+    assert h.tel.table.num_active == 0
+    assert sum(h.tel.table.dropped.values()) == 0
+
+
+def test_multi_token_outputs_and_parallel_sampling(h):
+    rid = h.tel.arrival(RequestInfo("r", 5, "text_completion", n=2))
+    h.at(S).queued(rid)
+    h.at(S).scheduled(rid)
+    h.at(2 * S).outputs([rid], [2])  # two sequences, one token each
+    h.step(2 * S, 2 * S)
+    h.at(3 * S).outputs([rid], [3])
+    h.rec.finished(rid, FinishReason.STOP, max_seq_tokens=3)
+    h.step(3 * S, 3 * S)
+    assert h.counter("otel_llm.usage.generation_tokens").sum() == 5
+    assert only_value(h, "otel_llm.request.generation_tokens") == 5
+    assert only_value(h, "otel_llm.request.max_generation_tokens") == 3
+    assert only_value(h, "otel_llm.request.params.n") == 2
+
+
+def test_abort_while_waiting_counts_but_records_no_engine_intervals(h):
+    rid = h.tel.arrival(RequestInfo("r", 5, "chat"))
+    h.at(S).queued(rid)
+    h.rec.finished(rid, FinishReason.ABORT)
+    h.step(S, 2 * S)
+    reasons = h.counter("otel_llm.request.finished").reshape(-1, len(FinishReason)).sum(axis=0)
+    assert reasons[FinishReason.ABORT] == 1
+    assert h.hist("otel_llm.request.queue.duration").counts.sum() == 0
+    assert h.hist("gen_ai.server.request.duration").counts.sum() == 1
+    assert sum(h.tel.table.dropped.values()) == 0
+
+
+def test_slots_are_reused_and_table_grows(h):
+    handles = [h.tel.arrival(RequestInfo(f"r{i}", 1)) for i in range(1000)]
+    assert len(set(handles)) == 1000 and h.tel.table.cap == 1024
+    for rid in handles:
+        h.rec.finished(rid, FinishReason.ABORT)
+    h.step(S, S)
+    again = h.tel.arrival(RequestInfo("x", 1))
+    assert again not in handles  # a reused slot gets a new generation
+    h.rec.finished(handles[0], FinishReason.STOP)  # stale handle: dropped, counted
+    h.step(S, S)
+    assert h.tel.table.dropped["unknown_request"] == 1

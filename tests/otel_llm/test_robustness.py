@@ -1,0 +1,77 @@
+"""Bad input never raises into the caller: it is dropped and counted. Bad config fails loudly."""
+
+import math
+
+import numpy as np
+import pytest
+
+from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord, TelemetryConfig
+from tests.otel_llm.test_request_table import S
+
+
+def test_unknown_ids_garbage_bytes_and_bad_values_are_counted(h):
+    rid = h.tel.arrival(RequestInfo("r", 3, "chat"))
+    h.at(S).queued(123456789)  # unknown
+    h.at(S).outputs([rid, -5, 1 << 40], [1, 1, 1])
+    h.at(S).outputs([rid], [0])  # a zero-token output
+    h.rec.snapshot(SchedulerSnapshot(1, 0, math.nan))
+    h.step(S, S)
+    h.tel.ingest(b"garbage")
+    h.tel.ingest(b"\x00" * 200)
+    d = h.tel.table.dropped
+    assert d["unknown_request"] == 3 and d["bad_value"] == 4
+    assert h.tel.snapshot().counters["otel_llm.telemetry.dropped"][0] == 7
+    assert h.tel.snapshot().gauges["otel_llm.kv_cache.usage"] is None
+
+
+def test_out_of_order_events_do_not_poison_intervals(h):
+    rid = h.tel.arrival(RequestInfo("r", 3, "chat"))
+    h.at(2 * S).outputs([rid], 1)  # a token before QUEUED/SCHEDULED were ever seen
+    h.rec.finished(rid, FinishReason.STOP)
+    h.step(2 * S, 2 * S)
+    assert h.tel.table.dropped["out_of_order"] == 1
+    assert h.hist("otel_llm.request.prefill.duration").counts.sum() == 0
+    assert h.counter("otel_llm.request.finished").sum() == 1  # still counted as finished
+
+
+def test_frontend_failure_finishes_a_request(h):
+    rid = h.tel.arrival(RequestInfo("r", 3, "chat"))
+    h.tel.fail(rid, FinishReason.ERROR)
+    h.tel.fail(rid, FinishReason.ERROR)  # twice: the second is an unknown handle
+    assert h.counter("otel_llm.request.finished").reshape(-1, 4)[:, FinishReason.ERROR].sum() == 1
+    assert h.tel.table.dropped["unknown_request"] == 1
+
+
+def test_malformed_step_record_is_rejected_by_the_decoder():
+    with pytest.raises(ValueError, match="too short"):
+        StepRecord.from_bytes(b"abc")
+
+
+@pytest.mark.parametrize("kwargs, bad", [({"model_name": ""}, "model_name"),
+                                         ({"model_name": "m", "metrics_compat": "tgi"}, "metrics_compat"),
+                                         ({"model_name": "m", "log_stats_interval_s": 0}, "log_stats_interval_s"),
+                                         ({"model_name": "m", "max_model_len": -1}, "max_model_len")])
+def test_bad_config_names_the_value(kwargs, bad):
+    with pytest.raises(ValueError, match=bad):
+        TelemetryConfig(**kwargs)
+
+
+def test_step_record_round_trip():
+    from otel_llm import StepRecorder
+    rec = StepRecorder()
+    rec.queued(5)
+    rec.scheduled(5, 16)
+    rec.outputs(np.array([5, 6]), [1, 3])
+    rec.finished(6, FinishReason.LENGTH, 2)
+    rec.snapshot(SchedulerSnapshot(2, 1, 0.25, 32, 16, 1))
+    back = StepRecord.from_bytes(rec.end_step_bytes(40))
+    assert back.event_kind.tolist() == [1, 2] and back.event_value.tolist() == [0, 16]
+    assert back.output_num_tokens.tolist() == [1, 3] and not back.outputs_all_one
+    assert back.finished_reason.tolist() == [1] and back.finished_max_seq_tokens.tolist() == [2]
+    assert back.snapshot == SchedulerSnapshot(2, 1, 0.25, 32, 16, 1) and back.num_computed_prompt_tokens == 40
+
+
+def test_public_surface_is_pinned():
+    import otel_llm
+    assert sorted(otel_llm.__all__) == ["EventKind", "FinishReason", "RequestInfo", "SchedulerSnapshot",
+                                        "StepRecord", "StepRecorder", "Telemetry", "TelemetryConfig"]

@@ -1,0 +1,78 @@
+"""Bad input gets OpenAI's error JSON with the right status, and the server keeps serving."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _post(server, path: str, **kwargs) -> httpx.Response:
+    return httpx.post(f"{server.url}{path}", timeout=30, **kwargs)
+
+
+def _assert_error(r: httpx.Response, status: int, param: str | None = None, contains: str = "") -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err["param"] == param
+    assert contains in err["message"]
+    return err
+
+
+CHAT = "/v1/chat/completions"
+CMPL = "/v1/completions"
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("path,body,status,param,contains", [
+    (CHAT, {"model": "dummy", "messages": []}, 400, "messages", "non-empty"),
+    (CHAT, {"model": "dummy", "messages": MSG, "max_tokens": -5}, 400, "max_tokens", "-5"),
+    (CHAT, {"model": "dummy", "messages": MSG, "max_completion_tokens": 0}, 400, "max_completion_tokens", "0"),
+    (CMPL, {"model": "dummy", "prompt": "x", "max_tokens": -1}, 400, "max_tokens", "-1"),
+    (CMPL, {"model": "dummy", "prompt": "x", "temperature": -1}, 400, "temperature", ""),
+    (CMPL, {"model": "dummy", "prompt": "x", "top_p": 0}, 400, "top_p", ""),
+    (CMPL, {"model": "dummy", "prompt": "x", "n": 0}, 400, "n", ""),
+    (CMPL, {"model": "dummy", "prompt": ""}, 400, "prompt", "empty"),
+    (CMPL, {"model": "dummy", "prompt": [999999]}, 400, "prompt", "999999"),
+    (CMPL, {"model": "dummy", "prompt": "x" * 3000}, 400, "prompt", "maximum context length is 2048"),
+    (CMPL, {"model": "dummy", "prompt": "x" * 2000, "max_tokens": 100}, 400, "max_tokens", "2100"),
+    (CHAT, {"model": "dummy", "messages": [{"role": "user", "content": "y" * 3000}]}, 400, "messages", "2048"),
+    (CHAT, {"model": "nope", "messages": MSG}, 404, "model", "nope"),
+    (CMPL, {"model": "nope", "prompt": "x"}, 404, "model", "nope"),
+    (CHAT, {"model": "dummy"}, 422, "messages", ""),
+    (CHAT, {"model": "dummy", "messages": "not a list"}, 422, None, ""),
+    (CMPL, {"model": "dummy", "prompt": "x", "max_tokens": "many"}, 422, "max_tokens", ""),
+])
+def test_bad_request(shared_server, path, body, status, param, contains):
+    _assert_error(_post(shared_server, path, json=body), status, param, contains)
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2", "{\"model\": \"dummy\", \"messages\": [}".encode()])
+def test_malformed_json_is_422(shared_server, raw):
+    r = _post(shared_server, CHAT, content=raw, headers={"content-type": "application/json"})
+    _assert_error(r, 422)
+
+
+def test_openai_client_raises_typed_errors(shared_server):
+    with openai.OpenAI(base_url=f"{shared_server.url}/v1", api_key="x", max_retries=0) as c:
+        with pytest.raises(openai.NotFoundError):
+            c.chat.completions.create(model="gpt-4", messages=MSG)
+        with pytest.raises(openai.BadRequestError) as exc:
+            c.chat.completions.create(model="dummy", messages=[])
+        assert exc.value.body["param"] == "messages"
+        # and it keeps serving
+        r = c.chat.completions.create(model="dummy", messages=MSG, max_tokens=3, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 3
+
+
+def test_still_serving_after_bad_requests(shared_server):
+    for body in ({"model": "dummy", "messages": []}, {"model": "dummy", "prompt": "x" * 5000}):
+        _post(shared_server, CHAT if "messages" in body else CMPL, json=body)
+    r = _post(shared_server, CMPL, json={"model": "dummy", "prompt": "ok", "max_tokens": 2, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+    assert shared_server.health().status_code == 200

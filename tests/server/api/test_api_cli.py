@@ -1,0 +1,72 @@
+"""`otel-llm serve` rejects bad flag values at startup, naming them, with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from server.cli import build_parser, config_from_args
+from server.config import ServerConfig
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server", "serve", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--port", "abc"], "abc"),
+    (["--port", "70000"], "70000"),
+    (["--max-num-seqs", "0"], "'0'"),
+    (["--block-size", "-4"], "-4"),
+    (["--metrics-compat", "prometheus"], "prometheus"),
+    (["--dtype", "int8"], "int8"),
+    (["--model", "/no/such/model/dir"], "/no/such/model/dir"),
+    (["--log-stats-interval", "0"], "'0'"),
+    (["--otlp-traces-endpoint", "localhost:4317"], "localhost:4317"),
+    (["--served-model-name", " "], "' '"),
+])
+def test_bad_flag_exits_2(args, named):
+    r = _serve(*args)
+    assert r.returncode == 2, r.stderr
+    assert named in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,named", [
+    (["--max-model-len", "4096"], "max_model_len=4096"),  # beyond the dummy's 2048 positions: the engine says so
+    (["--num-kv-blocks", "1"], "num_kv_blocks=1"),
+])
+def test_engine_rejected_value_exits_2(args, named):
+    r = _serve("--model", "dummy", "--port", "0", *args)
+    assert r.returncode == 2, r.stderr
+    assert named in r.stderr
+
+
+def test_config_from_args_reads_otlp_env():
+    args = build_parser().parse_args(["serve"])
+    cfg = config_from_args(args, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert cfg.otlp_traces_endpoint == "http://collector:4318"
+    cfg = config_from_args(build_parser().parse_args(["serve", "--otlp-traces-endpoint", "http://a:1/v1/traces"]),
+                           environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert cfg.otlp_traces_endpoint == "http://a:1/v1/traces"
+    assert config_from_args(args, environ={}).otlp_traces_endpoint is None
+
+
+def test_server_config_is_frozen_and_validated():
+    cfg = ServerConfig()
+    with pytest.raises(AttributeError):
+        cfg.port = 1  # type: ignore[misc]
+    with pytest.raises(ValueError, match="max_recv_per_iter|max-recv-per-iter"):
+        ServerConfig(max_recv_per_iter=0)
+    assert ServerConfig(served_model_name="x").model_name == "x"
+    assert ServerConfig().model_name == "dummy"
+
+
+def test_python_dash_m_server_help():
+    r = subprocess.run([sys.executable, "-m", "server", "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "serve" in r.stdout and "demo" in r.stdout

@@ -1,0 +1,179 @@
+"""After a known workload the server's own telemetry agrees with what the client saw:
+`/metrics` counts, Triton statistics, and OTLP traces (HTTP SERVER span -> gen_ai span)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import openai
+import pytest
+from conftest import ServerProcess, sample, wait_until
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+pytestmark = pytest.mark.slow
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_SPAN_ID = "b7ad6b7169203331"
+
+
+class _TraceSink(ThreadingHTTPServer):
+    """Minimal OTLP/HTTP protobuf traces endpoint: keeps every span it receives."""
+
+    def __init__(self):
+        self.spans: list = []
+        self.lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                with sink.lock:
+                    for rs in req.resource_spans:
+                        for ss in rs.scope_spans:
+                            sink.spans.extend(ss.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def snapshot(self) -> list:
+        with self.lock:
+            return list(self.spans)
+
+
+@pytest.fixture(scope="module")
+def sink():
+    s = _TraceSink()
+    yield s
+    s.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(sink):
+    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    srv = ServerProcess("--otlp-traces-endpoint", endpoint, env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def workload(server):
+    """A known workload; returns (usages, finish reasons) as the client saw them."""
+    usages, reasons = [], []
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
+        for i in range(3):
+            r = c.completions.create(model="dummy", prompt=f"prompt {i}", max_tokens=4 + i,
+                                     extra_body={"ignore_eos": True})
+            usages.append(r.usage)
+            reasons += [ch.finish_reason for ch in r.choices]
+        for i in range(2):
+            chunks = list(c.chat.completions.create(
+                model="dummy", messages=[{"role": "user", "content": f"chat {i}"}], max_tokens=6, stream=True,
+                stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+            usages.append(chunks[-1].usage)
+            reasons += [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+        r = c.completions.create(model="dummy", prompt="two of them", max_tokens=3, n=2,
+                                 extra_body={"ignore_eos": True})
+        usages.append(r.usage)
+        reasons.append(r.choices[0].finish_reason)  # one request, one finish reason
+        base = c.completions.create(model="dummy", prompt="stop here", max_tokens=20, temperature=0,
+                                    extra_body={"ignore_eos": True})
+        usages.append(base.usage)
+        reasons.append(base.choices[0].finish_reason)
+        text = base.choices[0].text
+        stop = next((text[i:i + 1] for i in range(3, len(text)) if text[i].isalnum()), None)
+        if stop is not None:
+            r = c.completions.create(model="dummy", prompt="stop here", max_tokens=20, temperature=0, stop=stop,
+                                     extra_body={"ignore_eos": True})
+            usages.append(r.usage)
+            reasons.append(r.choices[0].finish_reason)
+        r = httpx.post(f"{server.url}/v1/completions", timeout=30,
+                       headers={"traceparent": f"00-{TRACE_ID}-{PARENT_SPAN_ID}-01"},
+                       json={"model": "dummy", "prompt": "traced", "max_tokens": 2, "ignore_eos": True})
+        usages.append(openai.types.CompletionUsage(**{k: r.json()["usage"][k] for k in
+                                                      ("prompt_tokens", "completion_tokens", "total_tokens")}))
+        reasons.append(r.json()["choices"][0]["finish_reason"])
+    return usages, reasons
+
+
+def test_metrics_match_the_client(server, workload):
+    usages, reasons = workload
+    n = len(usages)
+    m = wait_until(lambda: (lambda m: m if sample(m, "vllm:request_success_total") == n else None)(server.metrics()))
+    assert m, f"request_success_total never reached {n}"
+    for reason in ("stop", "length", "abort", "error"):
+        assert sample(m, "vllm:request_success_total", finished_reason=reason, model_name="dummy") == \
+            reasons.count(reason), reason
+    assert sample(m, "vllm:prompt_tokens_total") == sum(u.prompt_tokens for u in usages)
+    assert sample(m, "vllm:generation_tokens_total") == sum(u.completion_tokens for u in usages)
+    assert sample(m, "vllm:e2e_request_latency_seconds_count") == n
+    assert sample(m, "vllm:time_to_first_token_seconds_count") == n
+    assert sample(m, "vllm:num_requests_running") == 0
+
+
+def test_triton_statistics(server, workload):
+    usages, _ = workload
+    r = httpx.get(f"{server.url}/v2/models/dummy/stats", timeout=10)
+    assert r.status_code == 200
+    (stat,) = r.json()["model_stats"]
+    assert stat["name"] == "dummy"
+    assert stat["inference_count"] == len(usages)
+    assert stat["inference_stats"]["success"]["count"] == len(usages)
+    assert httpx.get(f"{server.url}/v2/models/stats", timeout=10).json()["model_stats"][0]["name"] == "dummy"
+    assert httpx.get(f"{server.url}/v2/models/dummy/versions/1/stats", timeout=10).status_code == 200
+    for path in ("/v2/models/nope/stats", "/v2/models/nope/versions/1/stats", "/v2/models/dummy/versions/7/stats"):
+        r = httpx.get(f"{server.url}{path}", timeout=10)
+        assert r.status_code == 400
+        assert isinstance(r.json()["error"], str) and set(r.json()) == {"error"}
+
+
+def test_v2_metadata_and_health(server):
+    meta = httpx.get(f"{server.url}/v2", timeout=10).json()
+    assert "statistics" in meta["extensions"]
+    assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
+    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+    assert httpx.get(f"{server.url}/v2/models/dummy/ready").status_code == 200
+    assert httpx.get(f"{server.url}/v2/models/nope/ready").status_code == 400
+    assert server.health().json()["otlp_traces_endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_metrics_content_negotiation(server):
+    text = httpx.get(f"{server.url}/metrics", timeout=10)
+    assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain")
+    om = httpx.get(f"{server.url}/metrics", timeout=10, headers={"Accept": "application/openmetrics-text"})
+    assert om.headers["content-type"].startswith("application/openmetrics-text")
+    assert om.text.rstrip().endswith("# EOF")
+
+
+def test_traces_nest_under_the_http_span(server, sink, workload):
+    def find():
+        spans = sink.snapshot()
+        http = [s for s in spans if s.trace_id.hex() == TRACE_ID and s.parent_span_id.hex() == PARENT_SPAN_ID]
+        if not http:
+            return None
+        children = [s for s in spans if s.parent_span_id == http[0].span_id]
+        return (http[0], children) if children else None
+
+    found = wait_until(find, timeout_s=15)
+    assert found, f"no traced spans among {[s.name for s in sink.snapshot()]}"
+    http, children = found
+    assert http.kind == http.SPAN_KIND_SERVER
+    assert http.name == "POST /v1/completions"
+    attrs = {a.key: a.value for a in http.attributes}
+    assert attrs["http.response.status_code"].int_value == 200
+    gen_ai = [c for c in children if c.name.startswith("text_completion")]
+    assert gen_ai, [c.name for c in children]
+    ga = {a.key: a.value for a in gen_ai[0].attributes}
+    assert ga["gen_ai.usage.output_tokens"].int_value == 2
+    # untraced requests still produce their own traces (a new trace id each)
+    assert len({s.trace_id for s in sink.snapshot()}) > 1
