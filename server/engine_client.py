@@ -210,7 +210,7 @@ class EngineClient:
                 queue.put_nowait(Rejected(event.message))
 
     def _fail(self, rid: int) -> None:
-        if self._tel.enabled:
+        if self._tel.enabled and rid > 0:  # rid <= 0: not a Telemetry handle (see OpenAIServing)
             from otel_llm import FinishReason
 
             self._tel.fail(rid, FinishReason.ERROR)

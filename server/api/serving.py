@@ -67,7 +67,9 @@ class OpenAIServing:
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.max_model_len = client.max_model_len
-        self._fallback_rids = itertools.count(1)  # engine rids while telemetry is disabled
+        # Engine rids when Telemetry gives no handle (disabled, or its table is full):
+        # negative, so they never collide with a handle.
+        self._fallback_rids = itertools.count(-2, -1)
 
     # -- endpoints ---------------------------------------------------------
     async def completions(self, req: protocol.CompletionRequest, request: Request) -> Response:
@@ -167,14 +169,14 @@ class OpenAIServing:
             top_k=p.top_k if p.top_k > 0 else None, seed=p.seed, stream=p.stream, stop_sequences=p.stop,
             trace_headers=trace_headers or None,
         ))
-        if rid < 0:
+        if rid == -1:
             rid = next(self._fallback_rids)
         try:
             queue = self.client.add(ipc.AddRequest(
                 rid, p.prompt_ids, p.n, p.temperature, p.top_p, p.top_k, p.seed, p.max_tokens, p.ignore_eos, p.stop,
             ))
         except EngineDead as exc:
-            if self.tel.enabled:
+            if rid > 0:
                 self.tel.fail(rid, FinishReason.ERROR)
             raise OpenAIError(503, f"the engine is not running: {exc}", code="engine_dead") from None
         batches = self._batches(rid, queue, p.n)

@@ -21,7 +21,7 @@ class EngineConfig:
     snapshot_interval_s: at most one scheduler snapshot per interval (plus on
         the first step and when running/waiting turn to or from 0).
     log_stats: False turns the StepRecorder off (StepOutput.telemetry is None).
-    num_threads: torch CPU threads (None: min(2, CPU count)).
+    num_threads: torch CPU threads (None: at most 2, leaving one core to the API process).
     """
 
     model: str = "dummy"

@@ -39,7 +39,7 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig, loaded_model=None):
         self.config = config
-        torch.set_num_threads(config.num_threads or min(2, os.cpu_count() or 1))
+        torch.set_num_threads(config.num_threads or _default_num_threads())
         device = _resolve_device(config.device)
         if loaded_model is None:
             from server.model import load_model
@@ -268,6 +268,12 @@ class LLMEngine:
         self._reported = counters
         self._last_snapshot_s = now
         self._last_busy = busy
+
+
+def _default_num_threads() -> int:
+    """At most 2, leaving a core to the API process: the dummy-size matmuls gain little
+    from threads, and OpenMP threads fighting for a busy core slow a step down 5-10x."""
+    return max(1, min(2, (os.cpu_count() or 1) - 1))
 
 
 def _resolve_device(device: str) -> torch.device:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from api_server_harness import REPO
 
 from server.cli import build_parser, config_from_args
 from server.config import ServerConfig

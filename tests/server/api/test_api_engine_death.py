@@ -9,7 +9,7 @@ import threading
 
 import httpx
 import pytest
-from conftest import ServerProcess, sample, wait_until
+from api_server_harness import ServerProcess, sample, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from conftest import ServerProcess, sample, wait_until
+from api_server_harness import ServerProcess, sample, wait_until
 
 pytestmark = pytest.mark.slow
 

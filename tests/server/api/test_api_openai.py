@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from conftest import sample, wait_until
+from api_server_harness import sample, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -138,3 +138,13 @@ def test_traceparent_accepted_without_exporter(shared_server):
                    headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
                    json={"model": "dummy", "prompt": "x", "max_tokens": 2})
     assert r.status_code == 200
+
+
+def test_dropping_a_non_streaming_request_aborts_it(shared_server):
+    before = sample(shared_server.metrics(), "vllm:request_success_total", finished_reason="abort")
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(f"{shared_server.url}/v1/completions", timeout=httpx.Timeout(5, read=0.3),
+                   json={"model": "dummy", "prompt": "slow", "max_tokens": 2000, "ignore_eos": True})
+    assert wait_until(lambda: sample(shared_server.metrics(), "vllm:request_success_total",
+                                     finished_reason="abort") == before + 1)
+    assert wait_until(lambda: shared_server.health().json()["in_flight"] == 0)

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import openai
 import pytest
-from conftest import ServerProcess, sample, wait_until
+from api_server_harness import ServerProcess, sample, wait_until
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 pytestmark = pytest.mark.slow
@@ -108,6 +107,7 @@ def workload(server):
 
 def test_metrics_match_the_client(server, workload):
     usages, reasons = workload
+    assert {"stop", "length"} <= set(reasons)
     n = len(usages)
     m = wait_until(lambda: (lambda m: m if sample(m, "vllm:request_success_total") == n else None)(server.metrics()))
     assert m, f"request_success_total never reached {n}"

@@ -1,0 +1,95 @@
+"""Test harness: a real `otel-llm serve --model dummy` in a subprocess, on its own
+loopback port, plus `/metrics` helpers. (Not named conftest: test modules import it.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m server serve --model dummy ...`; stopped with SIGINT (graceful)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = ["--model", "dummy", "--port", str(self.port), "--log-stats-interval", "3600", *args]
+        self.env = {**os.environ, **(env or {})}
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="otel-llm-serve-", suffix=".log", delete=False)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 120.0) -> ServerProcess:
+        self.proc = subprocess.Popen([sys.executable, "-m", "server", "serve", *self.args], cwd=REPO, env=self.env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server not healthy after {timeout_s} s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def health(self) -> httpx.Response:
+        return httpx.get(f"{self.url}/health", timeout=10)
+
+    def metrics(self) -> dict:
+        """{sample name: {frozenset(label items): value}}"""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        out: dict = defaultdict(dict)
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[s.name][frozenset(s.labels.items())] = s.value
+        return out
+
+
+def sample(metrics: dict, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return sum(v for k, v in metrics.get(name, {}).items() if want <= set(k))
+
+
+def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
