@@ -92,17 +92,24 @@ class Telemetry:
             with self._lock:
                 self.table.dropped["bad_value"] += 1
             return
+        def apply():
+            self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
+            self.computed_prompt_tokens += rec.num_computed_prompt_tokens
+            return self.table.apply(rec, now)
+
+        self._apply("ingest", apply)
+
+    def _apply(self, where: str, change) -> None:
+        """Run `change` (returns a FinishedBatch or None) under the lock; then stats and spans."""
         try:
             with self._lock:
-                self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
-                self.computed_prompt_tokens += rec.num_computed_prompt_tokens
-                finished = self.table.apply(rec, now)
+                finished = change()
                 if finished is not None:
                     self.triton.on_finished(finished)
             if finished is not None and self.tracer is not None:
                 self.tracer.emit(finished, self._engine_anchor)
-        except Exception:
-            self._internal_error("ingest")
+        except Exception:  # telemetry never breaks the request path
+            self._internal_error(where)
 
     def set_output(self, handle: int, text: str) -> None:
         """Response text for content capture (opt-in); call before ingesting the finishing step."""
@@ -117,15 +124,7 @@ class Telemetry:
         """Finish a request from the frontend (engine died, or it never reached the engine)."""
         if not self.enabled:
             return
-        try:
-            with self._lock:
-                finished = self.table.finish_from_frontend(handle, reason, self._clock())
-                if finished is not None:
-                    self.triton.on_finished(finished)
-            if finished is not None and self.tracer is not None:
-                self.tracer.emit(finished, self._engine_anchor)
-        except Exception:
-            self._internal_error("fail")
+        self._apply("fail", lambda: self.table.finish_from_frontend(handle, reason, self._clock()))
 
     def _internal_error(self, where: str) -> None:
         self.internal_errors += 1
