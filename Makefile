@@ -16,9 +16,18 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 	$(PY) -c "from server.model import ensure_smollm2_gguf; print('model file:', ensure_smollm2_gguf())"
 
+PORT  ?= 8000
+MODEL ?= smollm2
+
 # Main job: start the server on SmolLM2, run the built-in demo load against it, leave it serving.
 serve: setup
-	$(PY) -m server demo --start-server --model smollm2
+	@$(PY) -m server serve --model $(MODEL) --port $(PORT) & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null' INT TERM EXIT; \
+	$(PY) -c "import sys,time,httpx; d=time.time()+300; \
+	exec('while time.time()<d:\n try:\n  if httpx.get(\'http://127.0.0.1:$(PORT)/health\').status_code==200: sys.exit(0)\n except httpx.HTTPError: pass\n time.sleep(0.5)'); sys.exit('server did not become healthy')" && \
+	$(PY) -m server demo --url http://127.0.0.1:$(PORT) && \
+	echo "Server still running on http://127.0.0.1:$(PORT) (metrics: /metrics, Triton stats: /v2/models/stats). Ctrl-C to stop." && \
+	wait $$pid
 
 test: setup
 	$(PY) -m pytest -q

@@ -76,12 +76,14 @@ class LLMEngine:
     # ---- public API -------------------------------------------------------------------
 
     def add_request(self, rid: int, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Queue a request. Raises ValueError for a duplicate rid, an empty prompt, or a
-        prompt longer than max_model_len."""
+        """Queue a request. Raises ValueError for a duplicate rid, an empty prompt, a prompt
+        longer than max_model_len, or n above max_num_seqs."""
         if rid in self._requests:
             raise ValueError(f"rid={rid}: already in the engine")
         if not prompt_token_ids:
             raise ValueError(f"request {rid}: the prompt is empty")
+        if params.n > self.config.max_num_seqs:
+            raise ValueError(f"request {rid}: n={params.n} is above max_num_seqs={self.config.max_num_seqs}")
         if len(prompt_token_ids) > self.max_model_len:
             raise ValueError(
                 f"request {rid}: prompt of {len(prompt_token_ids)} tokens is longer than "
@@ -136,6 +138,16 @@ class LLMEngine:
     # ---- one step ---------------------------------------------------------------------
 
     def _execute(self, sched: SchedulerOutput, outputs: list[RequestOutput]) -> None:
+        sampled, rows = self._sampling_rows(sched)
+        token_ids = self.runner.run(sched.seqs, sched.num_new_tokens, sched.blocks_to_copy, rows)
+        for seq, n in zip(sched.seqs, sched.num_new_tokens):
+            seq.num_computed_tokens += n
+        self._process_samples(sampled, token_ids, outputs)
+
+    @staticmethod
+    def _sampling_rows(sched: SchedulerOutput):
+        """Sequences whose new tokens reach their end sample one token each; a request's
+        first sampling draws n tokens from sequence 0's logits (one per future sibling)."""
         sampled: list[Sequence] = []
         rows = []
         for k, (seq, n) in enumerate(zip(sched.seqs, sched.num_new_tokens)):
@@ -144,9 +156,10 @@ class LLMEngine:
                 sampled.append(seq)
                 for i in range(request.params.n) if request.needs_fork else (seq.index,):
                     rows.append((k, request.params, request.generators[i]))
-        token_ids = self.runner.run(sched.seqs, sched.num_new_tokens, sched.blocks_to_copy, rows)
-        for seq, n in zip(sched.seqs, sched.num_new_tokens):
-            seq.num_computed_tokens += n
+        return sampled, rows
+
+    def _process_samples(self, sampled: list[Sequence], token_ids: list[int], outputs: list[RequestOutput]) -> None:
+        """Append tokens (forking n > 1 requests first), stamp outputs, finish requests."""
         out_rids: list[int] = []
         out_counts: list[int] = []
         finished: list[tuple[Request, FinishReason]] = []
@@ -158,16 +171,17 @@ class LLMEngine:
                     self.block_manager.fork(seq, child)
                 targets = request.seqs
             else:
-                targets = (seq,)
+                targets = [seq]
             for target in targets:
                 self._append_token(target, token_ids[i], outputs)
                 i += 1
+            # a request's sequences are contiguous in the schedule
             if out_rids and out_rids[-1] == request.rid:
                 out_counts[-1] += len(targets)
             else:
                 out_rids.append(request.rid)
                 out_counts.append(len(targets))
-            if request.finished and (not finished or finished[-1][0] is not request):
+            if request.finished:
                 finished.append((request, targets[-1].finish_reason))
         if out_rids:
             self.recorder.outputs(out_rids, out_counts)

@@ -39,7 +39,7 @@ class Request:
         if params.seed is not None:
             for i in range(params.n):
                 g = torch.Generator()
-                g.manual_seed(params.seed * 1_000_003 + i)
+                g.manual_seed((params.seed + i * 0x9E3779B97F4A7C15) % 2**63)
                 self.generators[i] = g
         self.num_cached_tokens = 0  # prefix-cache hit at the first scheduling, tokens
         self.num_schedules = 0  # times moved from waiting to running

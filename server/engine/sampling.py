@@ -41,6 +41,8 @@ class SamplingParams:
             raise ValueError(f"top_k={self.top_k!r}: must be >= 1, or 0/-1 for off")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens={self.max_tokens!r}: must be >= 1")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise ValueError(f"seed={self.seed!r}: must be an int or None")
         if self.n < 1:
             raise ValueError(f"n={self.n!r}: must be >= 1")
         if any(not isinstance(s, str) or not s for s in self.stop):
@@ -68,12 +70,14 @@ class Sampler:
         params: list[SamplingParams],
         generators: list[torch.Generator | None],
     ) -> list[int]:
-        """`logits` [B, V]; `params`/`generators` one per row. Returns B token ids."""
+        """`logits` [B, V]; `params`/`generators` one per row (CPU generators). Returns B token ids."""
         if all(p.greedy for p in params):
             return logits.argmax(dim=-1).tolist()
+        dev = logits.device
         logits = logits.float()
         greedy_ids = logits.argmax(dim=-1)
-        temps = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params])
+        greedy = torch.tensor([p.greedy for p in params], device=dev)
+        temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=dev)
         logits = logits / temps.unsqueeze(1)
         top_k = [p.top_k if p.top_k > 0 else 0 for p in params]
         top_p = [p.top_p for p in params]
@@ -83,24 +87,26 @@ class Sampler:
         noise = torch.empty_like(probs)
         shared = [i for i, g in enumerate(generators) if g is None]
         if shared:
-            noise[shared] = torch.empty(len(shared), probs.shape[1]).exponential_(generator=self._generator)
+            noise[shared] = torch.empty(len(shared), probs.shape[1], device=dev).exponential_(
+                generator=self._generator)
         for i, g in enumerate(generators):
             if g is not None:
-                noise[i].exponential_(generator=g)
+                # per-request noise is drawn on the CPU: the same stream on every device
+                noise[i] = torch.empty(probs.shape[1]).exponential_(generator=g).to(dev)
         sampled = (probs / noise).argmax(dim=-1)
-        greedy = torch.tensor([p.greedy for p in params])
         return torch.where(greedy, greedy_ids, sampled).tolist()
 
 
 def _apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
     """Mask logits outside each row's top-k and nucleus (top-p) to -inf."""
+    dev = logits.device
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     vocab = logits.shape[1]
-    k = torch.tensor([kk if kk > 0 else vocab for kk in top_k]).clamp(max=vocab)
-    ranks = torch.arange(vocab).unsqueeze(0)
+    k = torch.tensor([kk if kk > 0 else vocab for kk in top_k], device=dev).clamp(max=vocab)
+    ranks = torch.arange(vocab, device=dev).unsqueeze(0)
     mask = ranks >= k.unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(mask, float("-inf"))
-    p = torch.tensor(top_p).unsqueeze(1)
+    p = torch.tensor(top_p, device=dev).unsqueeze(1)
     probs = torch.softmax(sorted_logits, dim=-1)
     # keep a token while the mass before it is < top_p (the first token always survives)
     mass_before = probs.cumsum(dim=-1) - probs

@@ -54,20 +54,26 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             request = self.running[i]
             plan = self._plan(request, budget)
-            while not self._allocate(plan, out, ()):
-                victim = self.running.pop()
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is request:
-                    break
-            else:
-                budget -= self._commit(plan, out)
-                i += 1
-                continue
-            break
+            if not self._make_room(request, plan, out):
+                break  # it preempted itself: it was the newest, nothing runs after it
+            budget -= self._commit(plan, out)
+            i += 1
         if not out.preempted:
             self._admit(out, budget)
         return out
+
+    def _make_room(self, request: Request, plan, out: SchedulerOutput) -> bool:
+        """Allocate the plan, preempting the newest running requests until it fits.
+
+        False when `request` itself had to be preempted.
+        """
+        while not self._allocate(plan, out):
+            victim = self.running.pop()
+            self._preempt(victim)
+            out.preempted.append(victim)
+            if victim is request:
+                return False
+        return True
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         bm = self.block_manager
@@ -104,11 +110,17 @@ class Scheduler:
                 budget -= n
         return plan
 
-    def _allocate(self, plan, out: SchedulerOutput, computed, count_prefix: bool = False) -> bool:
-        """All of the plan's blocks or none (checked before anything is taken)."""
+    def _allocate(self, plan, out: SchedulerOutput, computed=None, count_prefix: bool = False) -> bool:
+        """All of the plan's blocks or none (checked before anything is taken).
+
+        `computed`: per planned sequence, its prefix-cache hit blocks (waiting requests only).
+        """
         bm = self.block_manager
         computed = computed or [()] * len(plan)
         needed = sum(bm.num_blocks_needed(s, n, c) for (s, n), c in zip(plan, computed))
+        # sibling sequences may revive the same cached blocks: count those once
+        revived = [b for blocks in computed for b in blocks if bm.ref_counts[b] == 0]
+        needed -= len(revived) - len(set(revived))
         if needed > bm.num_free_blocks:
             return False
         for k, ((seq, n), blocks) in enumerate(zip(plan, computed)):

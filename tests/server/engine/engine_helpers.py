@@ -56,7 +56,7 @@ def reference_greedy(config, weights, ids: list[int], max_new_tokens: int, stop_
     return out
 
 
-def run_to_completion(engine: LLMEngine):
+def run_to_completion(engine):
     """Step until idle. Returns ({(rid, seq): token ids}, {(rid, seq): text}, {(rid, seq): reason}, [telemetry])."""
     tokens: dict = {}
     texts: dict = {}

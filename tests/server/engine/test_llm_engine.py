@@ -127,6 +127,8 @@ def test_add_request_rejects_bad_prompts(dummy, make_engine):
         engine.add_request(0, [], GREEDY)
     with pytest.raises(ValueError, match="33 tokens.*max_model_len=32"):
         engine.add_request(0, [1] * 33, GREEDY)
+    with pytest.raises(ValueError, match="n=65 is above max_num_seqs=64"):
+        engine.add_request(0, [1], SamplingParams(n=65))
     engine.add_request(0, [1] * 32, GREEDY)
     with pytest.raises(ValueError, match="rid=0"):
         engine.add_request(0, [1], GREEDY)

@@ -1,0 +1,514 @@
+"""Online serving benchmark for the otel-llm server (OpenAI /v1/completions, streaming).
+
+One asyncio loop, one httpx.AsyncClient, one task per request (no thread per stream).
+
+Arrivals: Poisson at each of ``--rates`` (req/s, ``inf`` = all at once), or replayed
+from ``--trace file.jsonl`` (lines ``{"timestamp": s, "prompt": str | "prompt_len": int,
+"max_tokens": int}``; ``--time-scale`` multiplies the inter-arrival gaps).
+``--concurrency`` caps requests in flight (a semaphore; the clock starts on send).
+
+Per request (client side): TTFT (send -> first content chunk), ITL (gaps between content
+chunks), TPOT ((e2e - ttft) / (tokens - 1)), E2E (send -> end of stream); tokens come
+from the usage chunk (``stream_options.include_usage``). Reported: mean/p50/p90/p99 of
+each, request throughput, output token throughput, wall time.
+
+Server: ``--url`` for a running one, or ``--start-server`` to launch
+``python -m server serve --model dummy`` on a free port. ``--compare-telemetry`` runs the
+same load against a server with telemetry fully on (metrics + OTLP traces to a local
+OtlpReceiver, OTEL_TRACES_SAMPLER=always_on) and one fully off (--disable-log-stats, no
+tracing), and reports on/off ratios plus spans received.
+
+Fidelity (telemetry-on run, or any run whose server exposes vllm: metrics): /metrics is
+scraped before and after the load; request / generation-token / prompt-token deltas are
+compared exactly with the client's counts, server mean TTFT and E2E with the client's
+(``within_tolerance``: |diff| <= max(5% of client mean, 2 ms)). The server measures from
+arrival in its API process, so its numbers are expected to be slightly smaller.
+
+Progress goes to stderr; one JSON object goes to stdout (and to ``--out`` if given).
+
+    python benchmarks/serve_bench.py --start-server --compare-telemetry --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def log(msg: str) -> None:
+    print(f"[serve_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- workload
+
+@dataclass
+class Req:
+    arrival_s: float  # offset from the start of the run
+    prompt: str
+    max_tokens: int
+
+
+@dataclass
+class Result:
+    ok: bool = False
+    error: str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    itls: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    content_chunks: int = 0
+
+
+def make_prompt(n: int, seed: int) -> str:
+    # Varied printable characters; the dummy tokenizer is byte-level, so ~n tokens.
+    alphabet = "abcdefghijklmnopqrstuvwxyz "
+    return "".join(alphabet[(seed * 7919 + i * 31) % len(alphabet)] for i in range(max(1, n)))
+
+
+def poisson_workload(n: int, rate: float, prompt_len: int, max_tokens: int, seed: int) -> list[Req]:
+    rng = np.random.default_rng(seed)
+    if math.isinf(rate):
+        arrivals = np.zeros(n)
+    else:
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
+        arrivals -= arrivals[0]
+    return [Req(float(a), make_prompt(prompt_len, i), max_tokens) for i, a in enumerate(arrivals)]
+
+
+def trace_workload(path: str, time_scale: float, default_prompt_len: int, default_max_tokens: int,
+                   limit: int | None) -> list[Req]:
+    rows = []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    if limit:
+        rows = rows[:limit]
+    if not rows:
+        raise SystemExit(f"serve_bench: error: trace {path!r} has no requests")
+    ts = [float(r.get("timestamp", 0.0)) for r in rows]
+    t0 = ts[0]
+    reqs, prev_ts, prev_arr = [], t0, 0.0
+    for i, (r, t) in enumerate(zip(rows, ts)):
+        arr = prev_arr + max(0.0, t - prev_ts) * time_scale
+        prev_ts, prev_arr = t, arr
+        prompt = r["prompt"] if "prompt" in r else make_prompt(int(r.get("prompt_len", default_prompt_len)), i)
+        reqs.append(Req(arr, prompt, int(r.get("max_tokens", default_max_tokens))))
+    return reqs
+
+
+# --------------------------------------------------------------------------- client
+
+async def one_request(client: httpx.AsyncClient, url: str, model: str, req: Req, ignore_eos: bool,
+                      sem: asyncio.Semaphore) -> Result:
+    res = Result()
+    body = {"model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": 0.0}
+    if ignore_eos:
+        body["ignore_eos"] = True
+    async with sem:
+        t_send = time.perf_counter()
+        last = None
+        try:
+            async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                if resp.status_code != 200:
+                    res.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                    return res
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    now = time.perf_counter()
+                    chunk = json.loads(data)
+                    if chunk.get("error"):
+                        res.error = str(chunk["error"])[:200]
+                        return res
+                    if any(c.get("text") for c in chunk.get("choices") or ()):
+                        res.content_chunks += 1
+                        if last is None:
+                            res.ttft = now - t_send
+                        else:
+                            res.itls.append(now - last)
+                        last = now
+                    usage = chunk.get("usage")
+                    if usage:
+                        res.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                        res.completion_tokens = int(usage.get("completion_tokens") or 0)
+            res.e2e = time.perf_counter() - t_send
+            res.ok = True
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            res.error = f"{type(exc).__name__}: {exc}"[:200]
+    return res
+
+
+def stats(values: list[float], scale: float = 1000.0) -> dict | None:
+    if not values:
+        return None
+    a = np.asarray(values, dtype=float) * scale
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99)), "n": int(a.size)}
+
+
+def new_client(concurrency: int) -> httpx.AsyncClient:
+    n = max(concurrency, 1) + 4
+    return httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0),
+                             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+
+
+async def run_load(client: httpx.AsyncClient, url: str, model: str, reqs: list[Req], concurrency: int,
+                   ignore_eos: bool, label: str) -> dict:
+    sem = asyncio.Semaphore(concurrency)
+    start = time.perf_counter()
+    done = 0
+
+    async def launch(r: Req) -> Result:
+        nonlocal done
+        delay = start + r.arrival_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        out = await one_request(client, url, model, r, ignore_eos, sem)
+        done += 1
+        if done % max(1, len(reqs) // 4) == 0 or done == len(reqs):
+            log(f"{label}: {done}/{len(reqs)} done")
+        return out
+
+    results = await asyncio.gather(*(launch(r) for r in reqs))
+    wall = time.perf_counter() - start
+    ok = [r for r in results if r.ok]
+    errors = [r.error for r in results if not r.ok]
+    out_tokens = sum(r.completion_tokens for r in ok)
+    tpots = [(r.e2e - r.ttft) / (r.completion_tokens - 1) for r in ok
+             if r.ttft is not None and r.completion_tokens > 1]
+    return {
+        "requests": len(reqs),
+        "completed": len(ok),
+        "failed": len(errors),
+        "errors": errors[:5],
+        "wall_s": wall,
+        "request_throughput": len(ok) / wall if wall > 0 else None,
+        "output_token_throughput": out_tokens / wall if wall > 0 else None,
+        "total_prompt_tokens": sum(r.prompt_tokens for r in ok),
+        "total_completion_tokens": out_tokens,
+        "content_chunks": sum(r.content_chunks for r in ok),
+        "mean_tokens_per_chunk": out_tokens / max(1, sum(r.content_chunks for r in ok)),
+        "ttft_ms": stats([r.ttft for r in ok if r.ttft is not None]),
+        "itl_ms": stats([x for r in ok for x in r.itls]),
+        "tpot_ms": stats(tpots),
+        "e2e_ms": stats([r.e2e for r in ok]),
+    }
+
+
+# --------------------------------------------------------------------------- metrics
+
+SCRAPE_KEYS = ("vllm:request_success_total", "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
+               "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+               "vllm:e2e_request_latency_seconds_sum", "vllm:e2e_request_latency_seconds_count")
+
+
+async def scrape(client: httpx.AsyncClient, url: str) -> dict | None:
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        resp = await client.get(f"{url}/metrics", timeout=30.0)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    sums: dict[str, float] = {}
+    for fam in text_string_to_metric_families(resp.text):
+        for s in fam.samples:
+            if s.name in SCRAPE_KEYS:
+                sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
+    return sums if "vllm:request_success_total" in sums else None
+
+
+def fidelity(before: dict | None, after: dict | None, load: dict, client_ttft_mean_s: float | None,
+             client_e2e_mean_s: float | None) -> dict | None:
+    if before is None or after is None:
+        return None
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in SCRAPE_KEYS}
+
+    def tol(server: float | None, client: float | None) -> dict:
+        if server is None or client is None:
+            return {"server_ms": server and server * 1e3, "client_ms": client and client * 1e3,
+                    "within_tolerance": False}
+        diff = server - client
+        return {"server_ms": server * 1e3, "client_ms": client * 1e3, "diff_ms": diff * 1e3,
+                "tolerance_ms": max(0.05 * client, 0.002) * 1e3,
+                "within_tolerance": abs(diff) <= max(0.05 * client, 0.002)}
+
+    n_ttft, n_e2e = d["vllm:time_to_first_token_seconds_count"], d["vllm:e2e_request_latency_seconds_count"]
+    req_delta = int(round(d["vllm:request_success_total"]))
+    gen_delta = int(round(d["vllm:generation_tokens_total"]))
+    prompt_delta = int(round(d["vllm:prompt_tokens_total"]))
+    return {
+        "requests": {"server_delta": req_delta, "client": load["completed"],
+                     "exact": req_delta == load["completed"]},
+        "generation_tokens": {"server_delta": gen_delta, "client": load["total_completion_tokens"],
+                              "exact": gen_delta == load["total_completion_tokens"]},
+        "prompt_tokens": {"server_delta": prompt_delta, "client": load["total_prompt_tokens"],
+                          "exact": prompt_delta == load["total_prompt_tokens"]},
+        "mean_ttft": tol(d["vllm:time_to_first_token_seconds_sum"] / n_ttft if n_ttft else None, client_ttft_mean_s),
+        "mean_e2e": tol(d["vllm:e2e_request_latency_seconds_sum"] / n_e2e if n_e2e else None, client_e2e_mean_s),
+    }
+
+
+# --------------------------------------------------------------------------- server
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ManagedServer:
+    def __init__(self, model: str, telemetry_on: bool, otlp_url: str | None, max_num_seqs: int | None,
+                 extra: list[str]):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "server", "serve", "--model", model, "--port", str(self.port)]
+        if max_num_seqs:
+            cmd += ["--max-num-seqs", str(max_num_seqs)]
+        env = dict(os.environ)
+        for k in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            env.pop(k, None)
+        if telemetry_on:
+            env["OTEL_TRACES_SAMPLER"] = "always_on"
+            if otlp_url:
+                cmd += ["--otlp-traces-endpoint", otlp_url]
+        else:
+            cmd += ["--disable-log-stats"]
+        cmd += extra
+        self.cmd = cmd
+        self.logfile = tempfile.NamedTemporaryFile(prefix="serve_bench_server_", suffix=".log", delete=False)
+        log(f"starting server: {' '.join(cmd[1:])} (log: {self.logfile.name})")
+        self.proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), env=env, stdout=self.logfile,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.logfile.name}:\n"
+                                   + Path(self.logfile.name).read_text()[-2000:])
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    log(f"server ready at {self.url}")
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"server not ready after {timeout_s}s; see {self.logfile.name}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+        self.logfile.close()
+
+
+# --------------------------------------------------------------------------- runs
+
+def get_model(url: str, model: str | None) -> str:
+    if model:
+        return model
+    try:
+        return httpx.get(f"{url}/v1/models", timeout=10.0).json()["data"][0]["id"]
+    except Exception:  # noqa: BLE001
+        return "dummy"
+
+
+def workloads(args) -> list[tuple[str, list[Req]]]:
+    if args.trace:
+        return [(f"trace x{args.time_scale}",
+                 trace_workload(args.trace, args.time_scale, args.prompt_len, args.max_tokens, args.num_requests))]
+    return [(f"rate={r}", poisson_workload(args.num_requests, r, args.prompt_len, args.max_tokens, args.seed))
+            for r in args.rates]
+
+
+async def _bench(url: str, args, label: str, want_fidelity: bool) -> list[dict]:
+    model = get_model(url, args.model_name)
+    out = []
+    # One AsyncClient for warm-up and all loads: the warm-up opens the pooled connections,
+    # so measured TTFTs do not include TCP connects.
+    async with new_client(args.concurrency) as client:
+        for name, reqs in workloads(args):
+            n_warm = min(args.concurrency, len(reqs)) if args.warmup is None else args.warmup
+            if n_warm:
+                warm = [Req(0.0, make_prompt(args.prompt_len, 10_000 + i), args.max_tokens) for i in range(n_warm)]
+                await run_load(client, url, model, warm, args.concurrency, args.ignore_eos, f"{label} warmup")
+            before = await scrape(client, url) if want_fidelity else None
+            log(f"{label}: {name}, {len(reqs)} requests, concurrency {args.concurrency}")
+            load = await run_load(client, url, model, reqs, args.concurrency, args.ignore_eos, f"{label} {name}")
+            after = await scrape(client, url) if want_fidelity else None
+            ttft, e2e = load["ttft_ms"], load["e2e_ms"]
+            fid = fidelity(before, after, load, ttft and ttft["mean"] / 1e3, e2e and e2e["mean"] / 1e3)
+            log(f"{label} {name}: {load['completed']}/{load['requests']} ok, "
+                f"{load['output_token_throughput']:.1f} tok/s, wall {load['wall_s']:.2f}s")
+            out.append({"workload": name, **load, "fidelity": fid})
+    return out
+
+
+def bench_against(url: str, args, label: str, want_fidelity: bool) -> list[dict]:
+    return asyncio.run(_bench(url, args, label, want_fidelity))
+
+
+def wait_spans(sink, timeout_s: float, settle_s: float = 1.5) -> int:
+    deadline = time.monotonic() + timeout_s
+    count, last_change = len(sink.received_spans()), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        n = len(sink.received_spans())
+        if n != count:
+            count, last_change = n, time.monotonic()
+        elif count and time.monotonic() - last_change >= settle_s:
+            break
+    return count
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def compare_telemetry(args) -> dict:
+    from collector.memory_sink import MemorySink
+    from collector.otlp_receiver import OtlpReceiver
+
+    sink = MemorySink()
+    result: dict = {}
+    with OtlpReceiver(sink) as rx:
+        traces_url = f"{rx.endpoint}/v1/traces"
+        # off first, then on: any warm-up advantage of the machine goes to "off" (conservative).
+        for mode in ("off", "on"):
+            srv = ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs, args.server_arg)
+            try:
+                srv.wait_ready()
+                result[mode] = bench_against(srv.url, args, f"telemetry-{mode}", want_fidelity=(mode == "on"))
+                if mode == "on":
+                    result["spans_received_before_shutdown"] = wait_spans(sink, args.span_wait)
+            finally:
+                srv.stop()
+        result["spans_received"] = wait_spans(sink, 3.0, settle_s=0.5)
+        result["span_names"] = sorted({s.name for s in sink.received_spans()})
+        result["spans_dropped_by_sink"] = sink.dropped().spans
+    per = []
+    for on, off in zip(result["on"], result["off"]):
+        per.append({
+            "workload": on["workload"],
+            "throughput_ratio_on_vs_off": ratio(on["output_token_throughput"], off["output_token_throughput"]),
+            "p99_itl_ratio_on_vs_off": ratio(on["itl_ms"] and on["itl_ms"]["p99"], off["itl_ms"] and off["itl_ms"]["p99"]),
+        })
+    result["per_workload_ratios"] = per
+    # Headline numbers: the first workload (the only one unless several --rates were given).
+    result["throughput_ratio_on_vs_off"] = per[0]["throughput_ratio_on_vs_off"] if per else None
+    result["p99_itl_ratio_on_vs_off"] = per[0]["p99_itl_ratio_on_vs_off"] if per else None
+    result["fidelity"] = result["on"][0]["fidelity"] if result["on"] else None
+    return result
+
+
+def parse_rate(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"rate must be > 0 or inf, got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--url", default=None, help="benchmark a running server (e.g. http://127.0.0.1:8000)")
+    src.add_argument("--start-server", action="store_true", help="launch python -m server serve on a free port")
+    p.add_argument("--compare-telemetry", action="store_true",
+                   help="(with --start-server) run the load with telemetry fully on and fully off")
+    p.add_argument("--server-model", default="dummy", help="--model for a started server")
+    p.add_argument("--model-name", default=None, help="model name in requests (default: first of /v1/models)")
+    p.add_argument("--max-num-seqs", type=int, default=None, help="forwarded to a started server")
+    p.add_argument("--server-arg", action="append", default=[], help="extra arg for a started server (repeatable)")
+    p.add_argument("--rates", type=parse_rate, nargs="+", default=[float("inf")], help="Poisson req/s; inf = all at once")
+    p.add_argument("--trace", default=None, help="JSONL trace: timestamp, prompt|prompt_len, max_tokens")
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiplies trace inter-arrival gaps")
+    p.add_argument("--num-requests", type=int, default=200)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--ignore-eos", action="store_true", help='send "ignore_eos": true')
+    p.add_argument("--concurrency", type=int, default=64, help="max requests in flight")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up requests before each measured load (default: min(concurrency, num requests))")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--span-wait", type=float, default=12.0, help="max seconds to wait for spans to arrive")
+    p.add_argument("--quick", action="store_true",
+                   help="dummy model, 64 requests, max_tokens 32, rate inf, concurrency 64, ignore_eos")
+    p.add_argument("--out", default=None, help="also write the JSON here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.quick:
+        args.server_model, args.num_requests, args.max_tokens = "dummy", 64, 32
+        args.rates, args.concurrency, args.ignore_eos, args.prompt_len = [float("inf")], 64, True, 64
+    if args.compare_telemetry and not args.start_server:
+        if args.url:
+            raise SystemExit("serve_bench: error: --compare-telemetry needs --start-server (it restarts the server)")
+        args.start_server = True
+    if not args.url and not args.start_server:
+        args.url = "http://127.0.0.1:8000"
+    config = {k: (v if not isinstance(v, list) else [str(x) for x in v]) for k, v in vars(args).items()}
+    t0 = time.perf_counter()
+    if args.compare_telemetry:
+        report = {"mode": "compare_telemetry", **compare_telemetry(args)}
+    elif args.start_server:
+        from collector.memory_sink import MemorySink
+        from collector.otlp_receiver import OtlpReceiver
+        sink = MemorySink()
+        with OtlpReceiver(sink) as rx:
+            srv = ManagedServer(args.server_model, True, f"{rx.endpoint}/v1/traces", args.max_num_seqs, args.server_arg)
+            try:
+                srv.wait_ready()
+                runs = bench_against(srv.url, args, "telemetry-on", want_fidelity=True)
+            finally:
+                srv.stop()
+            report = {"mode": "start_server", "runs": runs, "spans_received": wait_spans(sink, 3.0, 0.5)}
+    else:
+        report = {"mode": "url", "url": args.url, "runs": bench_against(args.url, args, "url", want_fidelity=True)}
+    report["total_wall_s"] = time.perf_counter() - t0
+    report["config"] = config
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
