@@ -150,9 +150,9 @@ class BlockManager:
             self._block_hash[block] = h
             self._hash_to_block.setdefault(h, block)
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        """Count the child's references to the parent's blocks (the child copied the table)."""
-        for block in parent.block_table:
+    def fork(self, child: Sequence) -> None:
+        """Count a forked sequence's references to the blocks it copied from its parent."""
+        for block in child.block_table:
             self.ref_counts[block] += 1
 
     def free(self, seq: Sequence) -> None:

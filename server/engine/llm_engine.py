@@ -168,7 +168,7 @@ class LLMEngine:
             request = seq.request
             if request.needs_fork:
                 for child in request.fork():
-                    self.block_manager.fork(seq, child)
+                    self.block_manager.fork(child)
                 targets = request.seqs
             else:
                 targets = [seq]

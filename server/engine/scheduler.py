@@ -89,7 +89,7 @@ class Scheduler:
                 n = min(seq.num_tokens - len(blocks) * bm.block_size, left)
                 plan.append((seq, n))
                 left -= n
-            if plan[0][1] == 0 or not self._allocate(plan, out, computed, count_prefix=request.num_schedules == 0):
+            if not self._allocate(plan, out, computed, count_prefix=request.num_schedules == 0):
                 break
             self.waiting.popleft()
             if request.num_schedules == 0:

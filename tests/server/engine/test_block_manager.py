@@ -100,7 +100,7 @@ def test_fork_shares_blocks_and_copies_the_partial_one_on_write():
     parent.num_computed_tokens = 6
     parent.token_ids.append(100)
     child = parent.fork(1, None)
-    bm.fork(parent, child)
+    bm.fork(child)
     assert child.block_table == parent.block_table
     assert [bm.ref_counts[b] for b in parent.block_table] == [2, 2]
     child.token_ids[-1] = 200

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engine_helpers import run_to_completion
+import dataclasses
+
+from engine_helpers import reference_greedy, run_to_completion
 from otel_llm.step import EventKind, FinishReason, StepRecord
 from server.engine import SamplingParams
 from server.engine.block_manager import BlockManager
@@ -30,9 +32,11 @@ def test_preemption_under_block_pressure_keeps_results_and_order(dummy, make_eng
     for engine in (relaxed, tight):
         for rid, p in enumerate(_prompts(dummy)):
             engine.add_request(rid, p, PARAMS)
+        engine.add_request(6, dummy.tokenizer.encode("two of us"), dataclasses.replace(PARAMS, n=2, max_tokens=12))
     want, want_text, _, _ = run_to_completion(relaxed)
     got, got_text, reasons, telemetry = run_to_completion(tight)
     assert got == want and got_text == want_text
+    assert got[(6, 0)] == got[(6, 1)] == reference_greedy(dummy.config, dummy.weights, dummy.tokenizer.encode("two of us"), 12)
     assert set(reasons.values()) == {FinishReason.LENGTH}
 
     events = _events(telemetry)
@@ -51,7 +55,7 @@ def test_preemption_under_block_pressure_keeps_results_and_order(dummy, make_eng
     for rid, kind in events:
         if kind == EventKind.SCHEDULED and rid not in first_scheduled:
             first_scheduled.append(rid)
-    assert first_scheduled == list(range(6))
+    assert first_scheduled == list(range(7))
     seen = set()
     pending: set[int] = set()
     for rid, kind in events:
