@@ -13,7 +13,8 @@ class RequestInfo:
     `operation` is the gen_ai operation name (`chat`, `text_completion`, ...).
     `trace_headers` may carry W3C `traceparent`/`tracestate`: the request span
     becomes their child. `input_messages` (a JSON string) is recorded only when
-    content capture is opted in.
+    content capture is opted in. `arrival_ns` lets a server stamp arrival at its edge
+    (before body parsing and tokenization), on the same clock as the Telemetry's.
     """
 
     request_id: str
@@ -29,3 +30,4 @@ class RequestInfo:
     stop_sequences: tuple[str, ...] = ()
     trace_headers: Mapping[str, str] | None = None
     input_messages: str | None = None
+    arrival_ns: int | None = None  # frontend monotonic ns when the request arrived; None = now

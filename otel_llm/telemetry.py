@@ -70,7 +70,7 @@ class Telemetry:
         """Register an arriving request; returns its int64 handle (the engine's rid), -1 if disabled/full."""
         if not self.enabled:
             return -1
-        now = self._clock()
+        now = self._clock() if info.arrival_ns is None else info.arrival_ns
         try:
             op = operation_index(info.operation)
             trace = self.tracer.start(info, info.operation) if self.tracer else (0, 0, 0, 0)

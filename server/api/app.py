@@ -73,6 +73,18 @@ def _kv_device(device: str) -> str:
     return "CPU" if device == "cpu" else "GPU"
 
 
+class _ArrivalStamp:
+    """Stamps each request's arrival (monotonic ns) at the ASGI edge, for TTFT and e2e."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["arrival_ns"] = time.monotonic_ns()
+        await self.app(scope, receive, send)
+
+
 class _MetricsEndpoint:
     """Forwards to the SDK's ASGI metrics app (a Route, not a Mount: no 307 to `/metrics/`)."""
 
@@ -153,4 +165,5 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
         return {"status": "ok", "model": s.model_name, "engine_pid": s.client.engine_pid,
                 "in_flight": s.client.num_in_flight, "otlp_traces_endpoint": s.config.otlp_traces_endpoint}
 
+    app.add_middleware(_ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
     return app

@@ -167,7 +167,7 @@ class OpenAIServing:
             request_id=p.request_id, operation=p.operation, prompt_tokens=len(p.prompt_ids),
             max_tokens=p.max_tokens_requested, n=p.n, temperature=p.temperature, top_p=p.top_p,
             top_k=p.top_k if p.top_k > 0 else None, seed=p.seed, stream=p.stream, stop_sequences=p.stop,
-            trace_headers=trace_headers or None,
+            trace_headers=trace_headers or None, arrival_ns=getattr(request.state, "arrival_ns", None),
         ))
         if rid == -1:
             rid = next(self._fallback_rids)
