@@ -3,8 +3,9 @@
 Per-request state lives in slot-indexed numpy arrays. A request handle is
 `(generation << 32) | slot`; the engine echoes it back in every event, so a
 step is applied with a handful of vectorised operations and no per-token
-Python work. Stale or unknown handles are detected vectorially (the slot's
-current generation must match) and dropped, counted in
+Python work. The capacity is a power of two, so `handle & (cap - 1)` is always
+a valid slot; a stale or unknown handle simply differs from the slot's live
+handle and is dropped, counted in
 `otel_llm.telemetry.dropped`.
 
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
@@ -29,7 +30,6 @@ from .metrics_state import MetricsState
 from .request import RequestInfo
 from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
 
-_SLOT_MASK = 0xFFFFFFFF
 _NUM_REASONS = len(FinishReason)
 MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 
