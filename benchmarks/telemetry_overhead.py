@@ -5,7 +5,10 @@ all in the same run (ratios are what matter on a shared, noisy machine):
 
 - per_token_ns: the token path, amortised. `concurrency` requests in decode, each
   step every request emits one token: engine-side recording + hand-off + frontend
-  aggregation (ITL per chunk, generation tokens, iteration tokens), flush included.
+  aggregation (ITL per chunk, generation tokens, iteration tokens, Triton response
+  and batch stats), flush included. `per_token_ns_churn`: the same when the batch
+  changes every step (one request sits out, a different one each step), which
+  defeats the steady-batch shortcut.
 - per_request_us: everything request-level: arrival, QUEUED/SCHEDULED events, the
   first token (TTFT, prompt tokens), finish (e2e, queue, prefill, decode,
   inference, TPOT, token histograms, params, preemptions, success counter), a
@@ -43,7 +46,9 @@ def tracer_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     return tp, exporter
 
 
-def otel_llm_token_path(concurrency: int, steps: int) -> float:
+def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False) -> float:
+    """Steady decode; with `churn`, every step one request (a different one each step) produces
+    nothing and the previous step's one comes back, so the batch differs from step to step."""
     tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracing=False))
     rec = StepRecorder()
     handles = np.array([tel.arrival(RequestInfo(f"r{i}", 512, "chat", max_tokens=256)) for i in range(concurrency)])
@@ -52,13 +57,17 @@ def otel_llm_token_path(concurrency: int, steps: int) -> float:
         rec.scheduled(int(h))
     rec.outputs(handles, 1)
     tel.ingest(rec.end_step_bytes(512 * concurrency))
+    batches = [np.delete(handles, i) for i in range(concurrency)] if churn else [handles]
+    tokens = len(batches[0]) * steps
     gc.collect()
     t0 = time.perf_counter_ns()
-    for _ in range(steps):
-        rec.outputs(handles, 1)
+    for i in range(steps):
+        rec.outputs(batches[i % len(batches)], 1)
         tel.ingest(rec.end_step_bytes())
     tel.snapshot()  # includes the deferred bucketing
-    return (time.perf_counter_ns() - t0) / (steps * concurrency)
+    with tel._lock:
+        tel.table.checkpoint()  # and the deferred per-request updates (ITL responses, chunk counts)
+    return (time.perf_counter_ns() - t0) / tokens
 
 
 def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, int]:
@@ -129,6 +138,7 @@ def main() -> None:
     base_steps, base_rounds = (40, 2) if args.quick else (200, 6)
 
     ours_tok = min(otel_llm_token_path(c, steps) for _ in range(3))
+    ours_tok_churn = min(otel_llm_token_path(c, steps, churn=True) for _ in range(3))
     ours_req, spans = min((otel_llm_request_path(c, rounds) for _ in range(2)), key=lambda x: x[0])
     ours_expo, lines = otel_llm_exposition(8, reps)
 
@@ -144,6 +154,7 @@ def main() -> None:
     out = {
         "concurrency": c,
         "per_token_ns": round(ours_tok, 1),
+        "per_token_ns_churn": round(ours_tok_churn, 1),
         "per_request_us": round(ours_req, 2),
         "exposition_ms": round(ours_expo, 3),
         "exposition_lines": lines,

@@ -12,6 +12,8 @@ and around `flush()`/snapshot reads.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 _BUFFER = 8192
@@ -40,6 +42,8 @@ class HistogramState:
         self._series = np.zeros(_BUFFER, np.int64)
         self._n = 0
         self.dropped = 0
+        self._bounds_list = self.bounds.tolist()
+        self._rep: dict[tuple[int, int], list] = {}  # (series, bucket) -> [count, sum, min, max], scaled
         # Exemplars: per (series, bucket) the latest sampled request's trace and value.
         self.exemplars = exemplars
         if exemplars:
@@ -63,6 +67,21 @@ class HistogramState:
             self._ex_buf[start:end] = 0 if trace is None else trace
         self._n = end
 
+    def record_repeated(self, value: float, count: int, series: int = 0) -> None:
+        """Record `value` `count` times (one bucket lookup): e.g. one ITL shared by a whole batch."""
+        v = value * self.scale
+        key = (series, bisect_left(self._bounds_list, v))  # == searchsorted(side="left")
+        acc = self._rep.get(key)
+        if acc is None:
+            self._rep[key] = [count, v * count, v, v]
+        else:
+            acc[0] += count
+            acc[1] += v * count
+            if v < acc[2]:
+                acc[2] = v
+            elif v > acc[3]:
+                acc[3] = v
+
     def _record_large(self, values, series, trace) -> None:
         self.flush()
         for i in range(0, len(values), _BUFFER):  # a batch larger than the buffer: in chunks
@@ -72,6 +91,8 @@ class HistogramState:
             self.flush()
 
     def flush(self, now_ns: int = 0) -> None:
+        if self._rep:
+            self._flush_repeated()
         n = self._n
         if n == 0:
             return
@@ -98,6 +119,18 @@ class HistogramState:
                 self.ex_value[where] = vals[sampled]
                 self.ex_time_ns[where] = now_ns
         self._n = 0
+
+    def _flush_repeated(self) -> None:
+        for (series, bucket), (count, total, lo, hi) in self._rep.items():
+            if series >= self.num_series:
+                self.dropped += count
+                continue
+            self.counts[series, bucket] += count
+            self.sums[series] += total
+            if self.minmax:
+                self.mins[series] = min(self.mins[series], lo)
+                self.maxs[series] = max(self.maxs[series], hi)
+        self._rep.clear()
 
     def _minmax(self, vals: np.ndarray, series: np.ndarray) -> None:
         present = np.flatnonzero(np.bincount(series, minlength=self.num_series))

@@ -16,18 +16,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
+from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord, ones_i4
 
 _EMPTY_I8 = np.zeros(0, np.int64)
 _EMPTY_I4 = np.zeros(0, np.int32)
 _EMPTY_U1 = np.zeros(0, np.uint8)
-
-
-_ONES = np.ones(4096, np.int32)
-
-
-def _ones(n: int) -> np.ndarray:
-    return _ONES[:n] if n <= len(_ONES) else np.ones(n, np.int32)
 
 
 class StepRecorder:
@@ -78,7 +71,7 @@ class StepRecorder:
             return
         rid = np.asarray(rids, dtype=np.int64)
         if isinstance(num_new_tokens, int) and num_new_tokens == 1:
-            n = _ones(len(rid))
+            n = ones_i4(len(rid))
         else:
             n = np.broadcast_to(np.asarray(num_new_tokens, dtype=np.int32), rid.shape)
             self._all_one = False

@@ -8,6 +8,15 @@ a valid slot; a stale or unknown handle simply differs from the slot's live
 handle and is dropped, counted in
 `otel_llm.telemetry.dropped`.
 
+Steady decode is deferred: a request that produced one token in every output
+step since its state was last written is "in a run". Its ITLs all equal the
+step deltas, so a step records one ITL value with a count, and its `last`,
+`chunks` and Triton response stats are brought up to date only when it leaves
+the run (a step without it, finish) or at a checkpoint (statistics read, or
+every `_RUN_STEPS` steps). A step that lists exactly the previous step's
+requests costs one bytes compare. (A step listing the same request twice is
+counted once when detectable; that is an engine bug, never an exception.)
+
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
 queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
 prefill = first token - SCHEDULED, decode = last token - first token,
@@ -24,10 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .aggregation import TRACE_COLUMNS, HistogramState
+from .aggregation import TRACE_COLUMNS
 from .instruments import DIMENSIONS
 from .metrics_state import MetricsState
 from .request import RequestInfo
+from .step import HEADER_SIZE as _HEADER_SIZE
 from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
 
 _NUM_REASONS = len(FinishReason)
@@ -35,7 +45,8 @@ MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 
 # Per-slot int64 columns. Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
-               "num_cached", "max_tokens", "n", "npre", "chunks")
+               "num_cached", "max_tokens", "n", "npre", "chunks", "mat_seq")
+_RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,17 @@ class RequestTable:
         if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
             raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
         self.metrics = metrics
-        # Triton response_stats: count and ns per response index (series), no buckets.
-        self.responses = HistogramState((), MAX_RESPONSE_INDEX, minmax=False)
+        # Triton response_stats: count and ns per response index; the last entry counts indices past the cap.
+        self.resp_count = np.zeros(MAX_RESPONSE_INDEX + 1, np.int64)
+        self.resp_ns = np.zeros(MAX_RESPONSE_INDEX + 1, np.float64)
+        # Runs: a request that output one token in each output step since its `mat_seq` is "in
+        # run"; its `last`/`chunks`/response stats are brought up to date only when it leaves the
+        # run (a step without it, finish) or at a checkpoint. So steady decode writes nothing per request.
+        self.seq = 0  # output steps so far
+        self._run_base = 0  # _step_delta[i] = ns from output step _run_base + i to the next one
+        self._step_delta = np.zeros(_RUN_STEPS, np.int64)
+        self.n_run = 0
+        self._prev_key: bytes | None = None  # output rids of the previous step, when all were valid
         self.last_step_ts = 0
         self.batch_sizes: dict[int, list[int]] = {}  # batch size -> [count, ns]
         self.max_capacity = max_capacity
@@ -77,6 +97,7 @@ class RequestTable:
         self.handle = np.zeros(0, np.int64)  # live handle per slot, 0 = free
         self._next_gen = np.zeros(0, np.int64)
         self.op = np.zeros(0, np.int64)
+        self.in_run = np.zeros(0, bool)
         self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
         for f in _INT_FIELDS:
             setattr(self, f, np.zeros(0, np.int64))
@@ -94,7 +115,7 @@ class RequestTable:
             out[: len(a)] = a
             return out
 
-        for f in ("handle", "_next_gen", "op", "trace") + _INT_FIELDS:
+        for f in ("handle", "_next_gen", "op", "trace", "in_run") + _INT_FIELDS:
             setattr(self, f, widen(getattr(self, f)))
         self.infos.extend([None] * (new_cap - self.cap))
         self.preemption_ts.extend([None] * (new_cap - self.cap))
@@ -147,9 +168,7 @@ class RequestTable:
         if len(rec.event_rid):
             self._events(rec)
         out_tokens = self._outputs(rec, now_ns) if len(rec.output_rid) else 0
-        step_tokens = rec.num_computed_prompt_tokens + out_tokens
-        if step_tokens > 0:
-            self.metrics.histograms["otel_llm.step.tokens"].record(np.array([step_tokens], np.float64))
+        self._step_tokens(rec.num_computed_prompt_tokens + out_tokens)
         if rec.snapshot is not None:
             self._snapshot(rec.snapshot)
         return self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns) \
@@ -179,48 +198,139 @@ class RequestTable:
                     self.preemption_ts[slot] = []
                 self.preemption_ts[slot].append(t)
 
+    def apply_steady(self, data: bytes, ts: int, num_computed_prompt_tokens: int) -> bool:
+        """The steady decode step: `data` (a step record, see `step.outputs_only_header`) whose body
+        is exactly the previous output step's rids, one token each. Costs one bytes compare and
+        two histogram updates whatever the batch size. False: not that; apply the full record."""
+        if self.n_run * 8 + _HEADER_SIZE != len(data) or not self._prev_key or not data.endswith(self._prev_key):
+            return False
+        self._advance(ts, self.n_run, self.n_run)
+        self._step_tokens(num_computed_prompt_tokens + self.n_run)
+        self.metrics.add("otel_llm.usage.generation_tokens", self.n_run)
+        return True
+
+    def _step_tokens(self, tokens: int) -> None:
+        if tokens > 0:
+            self.metrics.histograms["otel_llm.step.tokens"].record_repeated(tokens, 1)
+
     def _outputs(self, rec: StepRecord, now_ns: int) -> int:
-        """The token path: a fixed, small number of vectorised operations per step."""
-        s, ok = self._slots(rec.output_rid)
-        n = rec.output_num_tokens if ok is None else rec.output_num_tokens[ok]
+        """The token path: a fixed, small number of vectorised operations plus work for the
+        requests whose run starts or ends (see `apply_steady` for the common case)."""
+        rids, ts = rec.output_rid, rec.step_ts_ns
+        s, ok = self._slots(rids)
         total = len(s)
         if not rec.outputs_all_one:  # spec decode, n > 1, or bad counts
-            total = int(n.sum())
+            n = rec.output_num_tokens if ok is None else rec.output_num_tokens[ok]
             good = n > 0
             if not good.all():
                 self.dropped["bad_value"] += int((~good).sum())
-                s, n = s[good], n[good]
-                total = int(n.sum())
+                s, n, ok = s[good], n[good], good
+            total = int(n.sum())
             self.extra_gen[s] += n - 1
+        cont = self.in_run[s]
+        k = int(np.count_nonzero(cont))
+        if k > self.n_run:  # the same request listed twice: count it once
+            s = np.unique(s)
+            cont = self.in_run[s]
+            k = int(np.count_nonzero(cont))
+        if k < self.n_run:  # some running requests produced nothing this step: their runs end
+            gone = self.in_run.copy()
+            gone[s] = False
+            gone = np.flatnonzero(gone)
+            self._materialise(gone)
+            self.in_run[gone] = False
+            self.n_run -= len(gone)
+        if not len(s):
+            return 0
+        self._advance(ts, k, len(s))
+        if k < len(s):
+            self._entrants(s[~cont] if k else s, ts, now_ns)
+        self._prev_key = rids.tobytes() if ok is None else None
+        self.metrics.add("otel_llm.usage.generation_tokens", total)
+        return total
+
+    def _advance(self, ts: int, continuing: int, batch_size: int) -> None:
+        """One output step: `continuing` requests in a run each get ITL = the step delta (deferred)."""
+        if continuing:
+            self.metrics.histograms["otel_llm.request.inter_token_latency"].record_repeated(
+                ts - self.last_step_ts, continuing)
+        entry = self.batch_sizes.get(batch_size)  # Triton batch_stats: per batch size, time since the previous step
+        if entry is None:
+            entry = self.batch_sizes[batch_size] = [0, 0]
+        entry[0] += 1
+        entry[1] += ts - self.last_step_ts if self.last_step_ts else 0
+        self._step_delta[self.seq - self._run_base] = ts - self.last_step_ts
+        self.seq += 1
+        self.last_step_ts = ts
+        if self.seq - self._run_base == _RUN_STEPS:
+            self.checkpoint()
+
+    def _entrants(self, e: np.ndarray, ts: int, now_ns: int) -> None:
+        """Requests outputting without having output in the previous step: first tokens and resumptions."""
+        if len(e) > 1:
+            e = np.unique(e)  # the same request listed twice counts once
         h = self.metrics.histograms
-        ts = rec.step_ts_ns
-        last, chunks = self.last[s], self.chunks[s]
-        is_first = self.first[s] == 0
+        last = self.last[e]
+        is_first = self.first[e] == 0
         if is_first.any():
-            sf = s[is_first]
+            sf = e[is_first]
             self.first[sf] = ts
             self.first_recv[sf] = now_ns
             h["gen_ai.server.time_to_first_token"].record(now_ns - self.arrival[sf], self.op[sf], self.trace[sf])
             self.metrics.add("otel_llm.usage.prompt_tokens", int(self.num_prompt[sf].sum()))
-            sched = self.sched[s]
+            sched = self.sched[e]
             resp_ns = np.where(is_first, np.where(sched > 0, ts - sched, 0), ts - last)
             h["otel_llm.request.inter_token_latency"].record(resp_ns[~is_first])
         else:
             resp_ns = ts - last
             h["otel_llm.request.inter_token_latency"].record(resp_ns)
-        self.last[s] = ts
-        self.chunks[s] = chunks + 1
-        self._responses(chunks, resp_ns, len(s), ts)
-        self.metrics.add("otel_llm.usage.generation_tokens", total)
-        return total
+        self._add_responses(self.chunks[e], resp_ns)
+        self.last[e] = ts
+        self.chunks[e] += 1
+        self.mat_seq[e] = self.seq
+        self.in_run[e] = True
+        self.n_run += len(e)
 
-    def _responses(self, index: np.ndarray, ns: np.ndarray, batch_size: int, ts: int) -> None:
-        """Triton statistics: per response index (capped, see HistogramState) and per batch size."""
-        self.responses.record(ns, index)
-        entry = self.batch_sizes.setdefault(batch_size, [0, 0])
-        entry[0] += 1
-        entry[1] += ts - self.last_step_ts if self.last_step_ts else 0
-        self.last_step_ts = ts
+    def _add_responses(self, index: np.ndarray, ns: np.ndarray) -> None:
+        """Triton response_stats: count and ns per response index; indices past the cap are dropped."""
+        cap, counts, total = MAX_RESPONSE_INDEX, self.resp_count, self.resp_ns
+        if len(index) > 16:
+            index = np.minimum(index, cap)
+            counts += np.bincount(index, minlength=cap + 1)
+            total += np.bincount(index, weights=ns, minlength=cap + 1)
+            return
+        for i, v in zip(index.tolist(), ns.tolist()):  # a few requests: scalar updates are cheaper
+            i = min(i, cap)
+            counts[i] += 1
+            total[i] += v
+
+    def _materialise(self, slots: np.ndarray) -> None:
+        """Bring `last`, `chunks` and response stats of requests in a run up to the latest step.
+
+        A request in a run output one token in every output step after its `mat_seq`; those
+        steps' durations are in `_step_delta` (from `_run_base` on; `checkpoint` restarts it)."""
+        deltas, cap, counts, ns = self._step_delta, MAX_RESPONSE_INDEX, self.resp_count, self.resp_ns
+        in_run, chunks, mat_seq, last = self.in_run, self.chunks, self.mat_seq, self.last
+        steps = self.seq - self._run_base
+        for slot in slots.tolist():  # scalar work per request: a few requests, or a checkpoint
+            if not in_run[slot]:
+                continue
+            since = int(mat_seq[slot]) - self._run_base
+            c, k = int(chunks[slot]), steps - since  # deferred outputs: indices c .. c+k-1
+            end = min(c + k, cap)
+            if end > c:
+                counts[c:end] += 1
+                ns[c:end] += deltas[since: since + end - c]
+            counts[cap] += c + k - max(end, c)  # past the cap
+            chunks[slot] = c + k
+            last[slot] = self.last_step_ts
+            mat_seq[slot] = self.seq
+
+    def checkpoint(self) -> None:
+        """Materialise every running request and restart the run timeline (before reading
+        response stats, and before `_step_delta` fills up)."""
+        self._materialise(np.flatnonzero(self.in_run))
+        self._run_base = self.seq
 
     def _snapshot(self, snap: SchedulerSnapshot) -> None:
         m = self.metrics
@@ -254,6 +364,7 @@ class RequestTable:
             reasons = np.where(bad, FinishReason.ERROR, reasons).astype(np.uint8)
         if not len(s):
             return None
+        self._materialise(s)
         m, h = self.metrics, self.metrics.histograms
         op, trace = self.op[s], self.trace[s]
         q, sc, f, last = self.queued[s], self.sched[s], self.first[s], self.last[s]
@@ -296,6 +407,8 @@ class RequestTable:
         return batch
 
     def _release(self, s: np.ndarray) -> None:
+        self.n_run -= int(np.count_nonzero(self.in_run[s]))
+        self.in_run[s] = False
         self.handle[s] = 0
         for f in _INT_FIELDS:
             getattr(self, f)[s] = 0

@@ -23,7 +23,7 @@ from .metrics_state import MetricsSnapshot, MetricsState
 from .profiles import get_profile
 from .request import RequestInfo
 from .request_table import RequestTable, operation_index
-from .step import FinishReason, StepRecord
+from .step import FinishReason, StepRecord, outputs_only_header
 from .tracer_setup import resolve_tracer_provider
 from .tracing import RequestTracer, capture_content_from_env
 from .triton import TritonStats
@@ -86,12 +86,20 @@ class Telemetry:
         if not self.enabled or step is None:
             return
         now = self._clock()
+        if type(step) is bytes:  # the steady decode step skips decoding (see RequestTable.apply_steady)
+            head = outputs_only_header(step)
+            if head is not None and head[1:3] == self._engine_anchor:
+                with self._lock:
+                    if self.table.apply_steady(step, head[0], head[3]):
+                        self.computed_prompt_tokens += head[3]
+                        return
         try:
             rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
         except ValueError:
             with self._lock:
                 self.table.dropped["bad_value"] += 1
             return
+
         def apply():
             self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
             self.computed_prompt_tokens += rec.num_computed_prompt_tokens

@@ -63,9 +63,8 @@ class TritonStats:
 
     def model_stat(self, table: RequestTable) -> dict:
         """The `$model_stat` object; `table` supplies the per-response and per-batch data."""
-        table.responses.flush()
-        counts = table.responses.total_counts
-        ns = table.responses.sums
+        table.checkpoint()
+        counts, ns = table.resp_count[:-1], table.resp_ns  # the last entry counts indices past the cap
         responses = {}
         for i in np.nonzero(counts)[0].tolist():
             r = _d(counts[i], ns[i])
