@@ -2,7 +2,8 @@
 
 This is the one edge where flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) are read; everything below gets a frozen
-`ServerConfig`. A bad value fails here, naming it, with exit code 2.
+`ServerConfig` (with its `EngineConfig`). A bad value fails here, naming it,
+with exit code 2.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import logging
 import os
 import sys
 
-from server.config import BUILTIN_MODELS, DTYPES, METRICS_COMPAT, ServerConfig
+from server.config import METRICS_COMPAT, ServerConfig
+from server.engine.config import DTYPES, EngineConfig
+from server.model.loaded_model import BUILTIN_MODELS
 
 logger = logging.getLogger("otel_llm.server")
 
@@ -86,24 +89,18 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     """Raises ValueError naming the bad value."""
     endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+    engine = EngineConfig(
+        model=args.model, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
+        block_size=args.block_size, max_model_len=args.max_model_len, seed=args.seed,
+        log_stats=not args.disable_log_stats, num_threads=args.engine_threads,
+    )
     return ServerConfig(
-        model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
-        dtype=args.dtype, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-        num_kv_blocks=args.num_kv_blocks, block_size=args.block_size, max_model_len=args.max_model_len,
-        seed=args.seed, in_process=args.in_process, max_recv_per_iter=args.max_recv_per_iter,
-        engine_num_threads=args.engine_threads, log_stats=not args.disable_log_stats,
+        engine=engine, served_model_name=args.served_model_name, host=args.host, port=args.port,
+        in_process=args.in_process, max_recv_per_iter=args.max_recv_per_iter,
         log_stats_interval_s=args.log_stats_interval, metrics_compat=args.metrics_compat,
         otlp_traces_endpoint=endpoint, access_log=args.access_log,
     )
-
-
-def _validate_engine_config(config: ServerConfig) -> None:
-    """Let the engine's own config check the engine flags before anything starts."""
-    try:
-        from server.engine.llm_engine import EngineConfig
-    except ImportError:
-        return
-    EngineConfig(**config.engine_kwargs())
 
 
 def serve(config: ServerConfig) -> int:
@@ -143,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model)
     try:
         config = config_from_args(args)
-        _validate_engine_config(config)
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
     return serve(config)

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import multiprocessing as mp
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from server import ipc
 from server.config import ServerConfig
@@ -71,20 +71,20 @@ class EngineClient:
         cfg = self.config
         ctx = mp.get_context("spawn")
         api_conn, engine_conn = ctx.Pipe(duplex=True)
-        kwargs = cfg.engine_kwargs()
+        engine = replace(cfg.engine, num_threads=cfg.engine_threads)
         if cfg.in_process:
             from server.engine_process import run_engine
 
             self._thread = threading.Thread(
-                target=run_engine, args=(engine_conn, kwargs, cfg.max_recv_per_iter), name="engine-loop", daemon=True,
+                target=run_engine, args=(engine_conn, engine, cfg.max_recv_per_iter), name="engine-loop", daemon=True,
             )
             self._thread.start()
         else:
             from server.engine_process import engine_main
 
-            threads = cfg.engine_threads
+            # The EngineConfig (a frozen dataclass) is pickled once, here, into the new process.
             self._proc = ctx.Process(
-                target=engine_main, args=(engine_conn, kwargs, cfg.max_recv_per_iter, threads),
+                target=engine_main, args=(engine_conn, engine, cfg.max_recv_per_iter),
                 name="otel-llm-engine", daemon=True,
             )
             self._proc.start()

@@ -17,8 +17,12 @@ import logging
 import os
 import signal
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from server import ipc
+
+if TYPE_CHECKING:
+    from server.engine.config import EngineConfig
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +31,8 @@ _IDLE_POLL_S = 0.5  # how long an idle loop blocks on the pipe before re-checkin
 
 def cap_threads(num_threads: int) -> None:
     """Cap torch/OpenMP/MKL pools so API and engine processes do not oversubscribe
-    the cores. The env vars must be set before torch is imported in this process."""
+    the cores. `torch.set_num_threads` caps torch even when it is already imported;
+    the env vars cap libraries loaded later and the processes this one spawns."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(num_threads)
     import torch
@@ -39,30 +44,30 @@ def cap_threads(num_threads: int) -> None:
         pass
 
 
-def engine_main(conn: Connection, engine_kwargs: dict, max_recv_per_iter: int, num_threads: int) -> None:
-    """Entry point of the spawned engine process."""
+def engine_main(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None:
+    """Entry point of the spawned engine process; `config.num_threads` must be set."""
     # Ctrl-C reaches the whole process group; the API process shuts the engine down
     # with a SHUTDOWN command (or the engine sees EOF when the API process is gone).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s engine %(name)s: %(message)s")
-    cap_threads(num_threads)
-    run_engine(conn, engine_kwargs, max_recv_per_iter)
+    cap_threads(config.num_threads)
+    run_engine(conn, config, max_recv_per_iter)
 
 
-def run_engine(conn: Connection, engine_kwargs: dict, max_recv_per_iter: int) -> None:
+def run_engine(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None:
     """Build the engine, send READY (or FATAL), then serve until SHUTDOWN or EOF.
     Closes `conn` on the way out, so the API side's reader sees EOF."""
     try:
-        _run(conn, engine_kwargs, max_recv_per_iter)
+        _run(conn, config, max_recv_per_iter)
     finally:
         conn.close()
 
 
-def _run(conn: Connection, engine_kwargs: dict, max_recv_per_iter: int) -> None:
+def _run(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None:
     try:
-        from server.engine.llm_engine import EngineConfig, LLMEngine
+        from server.engine.llm_engine import LLMEngine
 
-        engine = LLMEngine(EngineConfig(**engine_kwargs))
+        engine = LLMEngine(config)
     except BaseException as exc:
         if isinstance(exc, ValueError):
             logger.error("engine failed to start: %s", exc)

@@ -107,17 +107,17 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
             engine = EngineClient(config)
             await asyncio.to_thread(engine.start)
         try:
-            tokenizer = await asyncio.to_thread(load_tokenizer, config.model, config.dtype)
+            tokenizer = await asyncio.to_thread(load_tokenizer, config.engine.model, config.engine.dtype)
             model_name = config.served_model_name or engine.model_name
             tel = Telemetry(TelemetryConfig(
-                model_name=model_name, engine="0", enabled=config.log_stats,
+                model_name=model_name, engine="0", enabled=config.engine.log_stats,
                 log_stats_interval_s=config.log_stats_interval_s, max_model_len=engine.max_model_len,
-                cache_config={"block_size": str(config.block_size),
-                              "num_gpu_blocks": str(config.num_kv_blocks or ""),
+                cache_config={"block_size": str(config.engine.block_size),
+                              "num_gpu_blocks": str(config.engine.num_kv_blocks or ""),
                               "enable_prefix_caching": "True"},
                 metrics_compat=config.metrics_compat, tracing=tracer_provider is not None,
                 tracer_provider=tracer_provider,
-                kv_device=_kv_device(config.device),
+                kv_device=_kv_device(config.engine.device),
             ))
             engine.attach(asyncio.get_running_loop(), tel)
         except BaseException:

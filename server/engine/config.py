@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from server.model.loaded_model import BUILTIN_MODELS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -11,7 +14,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 class EngineConfig:
     """How to build an `LLMEngine`. Bad values raise ValueError naming the field and value.
 
-    model: a `server.model.load_model` spec ("dummy", "smollm2", a HF directory).
+    model: a `server.model.load_model` spec: "dummy", "smollm2", or an existing path (a HF directory).
     dtype: "auto" (bfloat16 on CUDA; on CPU bfloat16 only with native bf16), or a dtype name.
     device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N".
     num_kv_blocks: None sizes the KV cache from a memory budget (CPU: 1 GiB at most,
@@ -39,8 +42,9 @@ class EngineConfig:
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, str) or not self.model:
-            raise ValueError(f"model={self.model!r}: must be a non-empty model spec")
+        model = self.model
+        if not isinstance(model, str) or not (model in BUILTIN_MODELS or os.path.exists(os.path.expanduser(model))):
+            raise ValueError(f"model={model!r}: not one of {BUILTIN_MODELS} and no such path")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {DTYPES}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):

@@ -3,11 +3,12 @@
 ``load_model(spec, dtype)`` returns a ``LoadedModel``: a ``LlamaConfig``,
 Hugging Face-named weights and a ``Tokenizer`` (with streaming
 ``IncrementalDecoder``). Specs: ``"dummy"``, ``"smollm2"``, or a local HF
-Llama directory.
+Llama directory. ``load_tokenizer(spec)`` returns the same ``Tokenizer``
+without loading weights, for a process that only tokenizes.
 """
 from server.model.config import LlamaConfig
 from server.model.incremental_decoder import IncrementalDecoder
-from server.model.loaded_model import LoadedModel, load_model
+from server.model.loaded_model import LoadedModel, load_model, load_tokenizer
 from server.model.smollm2_gguf import ensure_smollm2_gguf
 from server.model.tokenizer import Tokenizer
 
@@ -18,4 +19,5 @@ __all__ = [
     "Tokenizer",
     "ensure_smollm2_gguf",
     "load_model",
+    "load_tokenizer",
 ]

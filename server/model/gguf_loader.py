@@ -40,10 +40,7 @@ def load_gguf(path: Path, dtype: torch.dtype) -> tuple[LlamaConfig, dict[str, to
     architecture, a non-BPE tokenizer, or a missing or unknown tensor.
     """
     reader = GGUFReader(path)
-    meta = {name: field.contents() for name, field in reader.fields.items()}
-    arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise ValueError(f"{path}: general.architecture is {arch!r}, only 'llama' is supported")
+    meta = _metadata(reader, path)
     unknown = [t.name for t in reader.tensors if _hf_name(t.name) is None]
     if unknown:
         raise ValueError(f"{path}: unsupported GGUF tensor {unknown[0]!r}")
@@ -56,7 +53,22 @@ def load_gguf(path: Path, dtype: torch.dtype) -> tuple[LlamaConfig, dict[str, to
         prefix = f"model.layers.{i}.self_attn."
         weights[prefix + "q_proj.weight"] = _unpermute(weights[prefix + "q_proj.weight"], config.num_heads)
         weights[prefix + "k_proj.weight"] = _unpermute(weights[prefix + "k_proj.weight"], config.num_kv_heads)
-    return config, cast_weights(weights, dtype), _tokenizer(meta, config)
+    return config, cast_weights(weights, dtype), _tokenizer(meta)
+
+
+def load_gguf_tokenizer(path: Path) -> Tokenizer:
+    """The tokenizer of ``load_gguf(path)``, from the metadata alone: no tensor
+    is read or dequantised. Raises ValueError like ``load_gguf``."""
+    return _tokenizer(_metadata(GGUFReader(path), path))
+
+
+def _metadata(reader: GGUFReader, path: Path) -> dict:
+    """The key/value fields of a llama GGUF file; raises ValueError for another architecture."""
+    meta = {name: field.contents() for name, field in reader.fields.items()}
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: general.architecture is {arch!r}, only 'llama' is supported")
+    return meta
 
 
 def _config(meta: dict, dtype: torch.dtype, tied: bool) -> LlamaConfig:
@@ -76,9 +88,13 @@ def _config(meta: dict, dtype: torch.dtype, tied: bool) -> LlamaConfig:
         max_position_embeddings=int(meta["llama.context_length"]),
         tie_word_embeddings=tied,
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-        eos_token_ids=(int(meta["tokenizer.ggml.eos_token_id"]),),
+        eos_token_ids=_eos_token_ids(meta),
         dtype=dtype,
     )
+
+
+def _eos_token_ids(meta: dict) -> tuple[int, ...]:
+    return (int(meta["tokenizer.ggml.eos_token_id"]),)
 
 
 def _hf_name(gguf_name: str) -> str | None:
@@ -104,7 +120,7 @@ def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, out_dim // n_head // 2, 2, in_dim).swapaxes(1, 2).reshape(out_dim, in_dim)
 
 
-def _tokenizer(meta: dict, config: LlamaConfig) -> Tokenizer:
+def _tokenizer(meta: dict) -> Tokenizer:
     model = meta.get("tokenizer.ggml.model")
     if model != "gpt2":
         raise ValueError(f"tokenizer.ggml.model {model!r} is not supported (only byte-level BPE 'gpt2')")
@@ -119,11 +135,12 @@ def _tokenizer(meta: dict, config: LlamaConfig) -> Tokenizer:
     token_types = meta["tokenizer.ggml.token_type"]
     control = [t for t, kind in zip(tokens, token_types) if kind == _CONTROL_TOKEN_TYPE]
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
-    bos_id = config.bos_token_id
+    bos_id = meta.get("tokenizer.ggml.bos_token_id")
+    eos_ids = _eos_token_ids(meta)
     return Tokenizer(
         backend,
-        eos_token_ids=config.eos_token_ids,
+        eos_token_ids=eos_ids,
         chat_template=meta.get("tokenizer.chat_template"),
         bos_token=tokens[bos_id] if bos_id is not None else "",
-        eos_token=tokens[config.eos_token_ids[0]],
+        eos_token=tokens[eos_ids[0]],
     )

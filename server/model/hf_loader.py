@@ -35,7 +35,14 @@ def load_hf_dir(path: Path, dtype: torch.dtype) -> tuple[LlamaConfig, dict[str, 
     missing = [n for n in expected_weight_names(config) if n not in weights]
     if missing:
         raise ValueError(f"{path}: checkpoint lacks weight {missing[0]!r} ({len(missing)} missing)")
-    return config, cast_weights(weights, dtype), _tokenizer(path, config)
+    return config, cast_weights(weights, dtype), _tokenizer(path, config.eos_token_ids)
+
+
+def load_hf_tokenizer(path: Path) -> Tokenizer:
+    """The tokenizer of ``load_hf_dir(path)`` from ``tokenizer.json``,
+    ``tokenizer_config.json`` and ``config.json`` (its EOS ids) alone: no
+    safetensors file is opened. Raises ValueError like ``load_hf_dir``."""
+    return _tokenizer(path, _eos_token_ids(path, _read_json(path / "config.json")))
 
 
 def _read_json(file: Path) -> dict:
@@ -56,7 +63,6 @@ def _config(path: Path, raw: dict, dtype: torch.dtype) -> LlamaConfig:
             raise ValueError(f"{path / 'config.json'}: {key}={raw[key]!r} is not supported")
     try:
         hidden, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
-        eos = raw["eos_token_id"]
         return LlamaConfig(
             vocab_size=int(raw["vocab_size"]),
             hidden_size=hidden,
@@ -70,11 +76,19 @@ def _config(path: Path, raw: dict, dtype: torch.dtype) -> LlamaConfig:
             max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             bos_token_id=raw.get("bos_token_id"),
-            eos_token_ids=tuple(eos) if isinstance(eos, list) else (int(eos),),
+            eos_token_ids=_eos_token_ids(path, raw),
             dtype=dtype,
         )
     except KeyError as exc:
         raise ValueError(f"{path / 'config.json'}: missing key {exc.args[0]!r}") from None
+
+
+def _eos_token_ids(path: Path, raw: dict) -> tuple[int, ...]:
+    """``eos_token_id`` of ``config.json``: one id or a list of them."""
+    if "eos_token_id" not in raw:
+        raise ValueError(f"{path / 'config.json'}: missing key 'eos_token_id'")
+    eos = raw["eos_token_id"]
+    return tuple(eos) if isinstance(eos, list) else (int(eos),)
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -94,7 +108,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def _tokenizer(path: Path, config: LlamaConfig) -> Tokenizer:
+def _tokenizer(path: Path, eos_token_ids: tuple[int, ...]) -> Tokenizer:
     file = path / "tokenizer.json"
     if not file.is_file():
         raise ValueError(f"{file}: file not found")
@@ -103,7 +117,7 @@ def _tokenizer(path: Path, config: LlamaConfig) -> Tokenizer:
     tok_config = _read_json(tok_config_file) if tok_config_file.is_file() else {}
     return Tokenizer(
         backend,
-        eos_token_ids=config.eos_token_ids,
+        eos_token_ids=eos_token_ids,
         chat_template=_chat_template(tok_config.get("chat_template")),
         bos_token=_token_text(tok_config.get("bos_token")),
         eos_token=_token_text(tok_config.get("eos_token")),

@@ -1,4 +1,5 @@
-"""``load_model``: resolve a model spec into config, weights and tokenizer."""
+"""``load_model``: resolve a model spec into config, weights and tokenizer;
+``load_tokenizer``: the same spec's tokenizer alone."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +12,7 @@ from server.model.tokenizer import Tokenizer
 
 DUMMY = "dummy"
 SMOLLM2 = "smollm2"
+BUILTIN_MODELS = (DUMMY, SMOLLM2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,21 +41,55 @@ def load_model(spec: str, dtype: str = "auto") -> LoadedModel:
     dtype, file or key.
     """
     torch_dtype = resolve_dtype(dtype)
-    if spec == DUMMY:
+    name, path = _locate(spec)
+    if path is None:
         from server.model import dummy
 
         config = dummy.dummy_config(torch_dtype)
-        return LoadedModel(DUMMY, config, dummy.dummy_weights(config), dummy.dummy_tokenizer())
-    if spec == SMOLLM2:
-        from server.model.gguf_loader import load_gguf
-        from server.model.smollm2_gguf import ensure_smollm2_gguf
-
-        return LoadedModel(SMOLLM2, *load_gguf(ensure_smollm2_gguf(), torch_dtype))
-    path = Path(spec).expanduser()
-    if spec and path.is_dir():
+        return LoadedModel(name, config, dummy.dummy_weights(config), dummy.dummy_tokenizer())
+    if path.is_dir():
         from server.model.hf_loader import load_hf_dir
 
-        return LoadedModel(path.resolve().name, *load_hf_dir(path, torch_dtype))
+        return LoadedModel(name, *load_hf_dir(path, torch_dtype))
+    from server.model.gguf_loader import load_gguf
+
+    return LoadedModel(name, *load_gguf(path, torch_dtype))
+
+
+def load_tokenizer(spec: str) -> Tokenizer:
+    """``load_model(spec).tokenizer`` without building any weight.
+
+    For a process that only tokenizes (the API process): a GGUF file is read
+    for its metadata only, a Hugging Face directory for ``tokenizer.json``,
+    ``tokenizer_config.json`` and ``config.json``. Raises ValueError like
+    ``load_model``.
+    """
+    _, path = _locate(spec)
+    if path is None:
+        from server.model.dummy import dummy_tokenizer
+
+        return dummy_tokenizer()
+    if path.is_dir():
+        from server.model.hf_loader import load_hf_tokenizer
+
+        return load_hf_tokenizer(path)
+    from server.model.gguf_loader import load_gguf_tokenizer
+
+    return load_gguf_tokenizer(path)
+
+
+def _locate(spec: str) -> tuple[str, Path | None]:
+    """The served name of ``spec`` and its GGUF file or HF directory (None: the
+    built-in dummy). May download the smollm2 file; raises ValueError naming the spec."""
+    if spec == DUMMY:
+        return DUMMY, None
+    if spec == SMOLLM2:
+        from server.model.smollm2_gguf import ensure_smollm2_gguf
+
+        return SMOLLM2, ensure_smollm2_gguf()
+    path = Path(spec).expanduser()
+    if spec and path.is_dir():
+        return path.resolve().name, path
     raise ValueError(
         f"model {spec!r} is not {DUMMY!r}, {SMOLLM2!r} or an existing Hugging Face model directory"
     )

@@ -10,6 +10,7 @@ from api_server_harness import REPO
 
 from server.cli import build_parser, config_from_args
 from server.config import ServerConfig
+from server.engine import EngineConfig
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
@@ -56,14 +57,31 @@ def test_config_from_args_reads_otlp_env():
     assert config_from_args(args, environ={}).otlp_traces_endpoint is None
 
 
-def test_server_config_is_frozen_and_validated():
+def test_config_from_args_puts_engine_flags_in_the_engine_config():
+    args = build_parser().parse_args(["serve", "--max-num-seqs", "8", "--block-size", "32", "--dtype", "float32",
+                                      "--disable-log-stats", "--engine-threads", "3", "--port", "9000"])
+    cfg = config_from_args(args, environ={})
+    assert cfg.engine == EngineConfig(max_num_seqs=8, block_size=32, dtype="float32", log_stats=False, num_threads=3)
+    assert cfg.port == 9000 and cfg.engine_threads == 3
+
+
+def test_engine_threads_default_to_all_cores_but_one(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert ServerConfig().engine_threads == 7
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert ServerConfig().engine_threads == 1
+
+
+def test_server_config_is_frozen_and_validated(tmp_path):
     cfg = ServerConfig()
     with pytest.raises(AttributeError):
         cfg.port = 1  # type: ignore[misc]
-    with pytest.raises(ValueError, match="max_recv_per_iter|max-recv-per-iter"):
+    with pytest.raises(ValueError, match="max-recv-per-iter 0"):
         ServerConfig(max_recv_per_iter=0)
     assert ServerConfig(served_model_name="x").model_name == "x"
     assert ServerConfig().model_name == "dummy"
+    (tmp_path / "tiny-llama").mkdir()
+    assert ServerConfig(engine=EngineConfig(model=f"{tmp_path}/tiny-llama/")).model_name == "tiny-llama"
 
 
 def test_python_dash_m_server_help():

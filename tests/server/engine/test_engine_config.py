@@ -9,7 +9,7 @@ from server.engine import EngineConfig
 
 
 @pytest.mark.parametrize("field, value", [
-    ("model", ""), ("dtype", "float64"), ("device", "tpu"), ("max_num_seqs", 0),
+    ("model", ""), ("model", "/no/such/model"), ("dtype", "float64"), ("device", "tpu"), ("max_num_seqs", 0),
     ("max_num_batched_tokens", -5), ("block_size", 0), ("num_kv_blocks", 0), ("max_model_len", -1),
     ("snapshot_interval_s", -1.0), ("num_threads", 0), ("max_num_seqs", True), ("seed", "x"),
 ])

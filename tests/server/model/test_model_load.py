@@ -15,6 +15,7 @@ def test_public_surface_is_pinned():
         "Tokenizer",
         "ensure_smollm2_gguf",
         "load_model",
+        "load_tokenizer",
     ]
 
 

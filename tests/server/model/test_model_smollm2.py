@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from server.model import load_model
+from server.model import load_model, load_tokenizer
 
 from .reference_forward import forward, greedy
 
@@ -35,6 +35,14 @@ def test_chat_prompt_is_37_chatml_tokens(model):
     ids = tok.encode(prompt)
     assert len(ids) == 37
     assert ids[:6] == [1, 9690, 198, 2683, 359, 253] and ids[-4:] == [1, 520, 9531, 198]
+
+
+def test_tokenizer_only_load_matches(model):
+    tok = load_tokenizer("smollm2")
+    prompt = tok.apply_chat_template(QUESTION)
+    assert prompt == model.tokenizer.apply_chat_template(QUESTION)
+    assert tok.encode(prompt) == model.tokenizer.encode(prompt)
+    assert tok.eos_token_ids == model.tokenizer.eos_token_ids
 
 
 def test_greedy_answer_is_paris(model):
