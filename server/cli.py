@@ -15,7 +15,7 @@ import sys
 
 from server.config import METRICS_COMPAT, ServerConfig
 from server.engine.config import DTYPES, EngineConfig
-from server.model.loaded_model import BUILTIN_MODELS
+from server.model.specs import BUILTIN_MODELS
 
 logger = logging.getLogger("otel_llm.server")
 
@@ -85,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_FLAG_OF_FIELD = {"num_threads": "engine-threads"}  # EngineConfig fields whose flag is not their name
+
+
+def _flag_message(message: str) -> str:
+    """EngineConfig names fields ("max_model_len=4096: ..."); the CLI user typed flags."""
+    field, sep, rest = message.partition("=")
+    if not sep or not field.isidentifier():
+        return message
+    return f"--{_FLAG_OF_FIELD.get(field, field.replace('_', '-'))} {rest}"
+
+
 def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConfig:
     """Raises ValueError naming the bad value."""
     endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -141,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
     except ValueError as exc:
-        parser.error(str(exc))  # exits 2
+        parser.error(_flag_message(str(exc)))  # exits 2
     return serve(config)
 
 

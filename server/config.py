@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from server.engine.config import EngineConfig
-from server.model.loaded_model import BUILTIN_MODELS
+from server.model.specs import BUILTIN_MODELS
 
 METRICS_COMPAT = ("vllm", "otel")
 

@@ -33,6 +33,7 @@ from server.api.serving import OpenAIServing
 from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
 from server.config import ServerConfig
 from server.engine_client import EngineClient
+from server.model import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +49,6 @@ class ServingState:
     metrics_app: object  # ASGI
     model_name: str
     created: int
-
-
-def load_tokenizer(spec: str, dtype: str):
-    """The served model's tokenizer, for tokenizing in the API process.
-
-    Uses `server.model.load_tokenizer` when the model package provides it;
-    otherwise falls back to `load_model(...).tokenizer`, which also loads the
-    weights once in this process (cheap for `dummy`, wasteful for big models).
-    """
-    import server.model as model
-
-    if hasattr(model, "load_tokenizer"):
-        return model.load_tokenizer(spec)
-    return model.load_model(spec, "float32" if dtype in ("float16", "auto") else dtype).tokenizer
 
 
 def _kv_device(device: str) -> str:
@@ -107,14 +94,14 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
             engine = EngineClient(config)
             await asyncio.to_thread(engine.start)
         try:
-            tokenizer = await asyncio.to_thread(load_tokenizer, config.engine.model, config.engine.dtype)
+            tokenizer = await asyncio.to_thread(load_tokenizer, config.engine.model)
             model_name = config.served_model_name or engine.model_name
             tel = Telemetry(TelemetryConfig(
                 model_name=model_name, engine="0", enabled=config.engine.log_stats,
                 log_stats_interval_s=config.log_stats_interval_s, max_model_len=engine.max_model_len,
                 cache_config={"block_size": str(config.engine.block_size),
                               "num_gpu_blocks": str(config.engine.num_kv_blocks or ""),
-                              "enable_prefix_caching": "True"},
+                              "enable_prefix_caching": str(config.engine.enable_prefix_caching)},
                 metrics_compat=config.metrics_compat, tracing=tracer_provider is not None,
                 tracer_provider=tracer_provider,
                 kv_device=_kv_device(config.engine.device),

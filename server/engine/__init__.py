@@ -4,9 +4,15 @@ Public surface: `EngineConfig`, `LLMEngine`, `SamplingParams`, `RequestOutput`,
 `StepOutput`. Everything else is internal to the package.
 """
 
-from .config import EngineConfig
-from .llm_engine import LLMEngine
-from .outputs import RequestOutput, StepOutput
-from .sampling import SamplingParams
+import importlib
 
-__all__ = ["EngineConfig", "LLMEngine", "RequestOutput", "SamplingParams", "StepOutput"]
+_EXPORTS = {"EngineConfig": "config", "LLMEngine": "llm_engine", "RequestOutput": "outputs",
+            "StepOutput": "outputs", "SamplingParams": "sampling"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Lazy exports: `server.engine.config` (and the CLI) must not import torch."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'server.engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"server.engine.{_EXPORTS[name]}"), name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from server.model.loaded_model import BUILTIN_MODELS
+from server.model.specs import BUILTIN_MODELS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 

@@ -6,18 +6,18 @@ Hugging Face-named weights and a ``Tokenizer`` (with streaming
 Llama directory. ``load_tokenizer(spec)`` returns the same ``Tokenizer``
 without loading weights, for a process that only tokenizes.
 """
-from server.model.config import LlamaConfig
-from server.model.incremental_decoder import IncrementalDecoder
-from server.model.loaded_model import LoadedModel, load_model, load_tokenizer
-from server.model.smollm2_gguf import ensure_smollm2_gguf
-from server.model.tokenizer import Tokenizer
+import importlib
 
-__all__ = [
-    "IncrementalDecoder",
-    "LlamaConfig",
-    "LoadedModel",
-    "Tokenizer",
-    "ensure_smollm2_gguf",
-    "load_model",
-    "load_tokenizer",
-]
+_EXPORTS = {
+    "IncrementalDecoder": "incremental_decoder", "LlamaConfig": "config", "LoadedModel": "loaded_model",
+    "Tokenizer": "tokenizer", "ensure_smollm2_gguf": "smollm2_gguf", "load_model": "loaded_model",
+    "load_tokenizer": "loaded_model",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Lazy exports: `server.model.specs` (and the CLI) must not import torch."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'server.model' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"server.model.{_EXPORTS[name]}"), name)

@@ -8,11 +8,8 @@ from pathlib import Path
 import torch
 
 from server.model.config import LlamaConfig, resolve_dtype
+from server.model.specs import BUILTIN_MODELS, DUMMY, SMOLLM2  # noqa: F401 (re-exported)
 from server.model.tokenizer import Tokenizer
-
-DUMMY = "dummy"
-SMOLLM2 = "smollm2"
-BUILTIN_MODELS = (DUMMY, SMOLLM2)
 
 
 @dataclasses.dataclass(frozen=True)
