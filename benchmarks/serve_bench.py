@@ -15,7 +15,7 @@ each, request throughput, output token throughput, wall time.
 Server: ``--url`` for a running one, or ``--start-server`` to launch
 ``python -m server serve --model dummy`` on a free port. ``--compare-telemetry`` runs the
 same load against a server with telemetry fully on (metrics + OTLP traces to a local
-OtlpReceiver, OTEL_TRACES_SAMPLER=always_on) and one fully off (--disable-log-stats, no
+OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully off (--disable-log-stats, no
 tracing), and reports on/off ratios plus spans received.
 
 Fidelity (telemetry-on run, or any run whose server exposes vllm: metrics): /metrics is
@@ -383,12 +383,48 @@ def bench_against(url: str, args, label: str, want_fidelity: bool) -> list[dict]
     return asyncio.run(_bench(url, args, label, want_fidelity))
 
 
-def wait_spans(sink, timeout_s: float, settle_s: float = 1.5) -> int:
+def _receiver_main(conn) -> None:
+    from collector.memory_sink import MemorySink
+    from collector.otlp_receiver import OtlpReceiver
+
+    sink = MemorySink(max_records=1_000_000)
+    with OtlpReceiver(sink) as rx:
+        conn.send(rx.endpoint)
+        while conn.recv() == "stats":
+            spans = sink.received_spans()
+            conn.send((len(spans), sorted({s.name for s in spans}), sink.dropped().spans))
+
+
+class ReceiverProcess:
+    """The OTLP receiver (collector.otlp_receiver + MemorySink) in its own process, like a
+    real collector: its decoding never competes with this client for the GIL."""
+
+    def __enter__(self) -> "ReceiverProcess":
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_receiver_main, args=(child,), daemon=True)
+        self._proc.start()
+        self.endpoint = self._conn.recv()
+        return self
+
+    def stats(self) -> tuple[int, list[str], int]:
+        """(spans received, distinct span names, spans dropped by the sink)."""
+        self._conn.send("stats")
+        return self._conn.recv()
+
+    def __exit__(self, *exc) -> None:
+        self._conn.send("stop")
+        self._proc.join(timeout=10)
+
+
+def wait_spans(rx: ReceiverProcess, timeout_s: float, settle_s: float = 1.5) -> int:
     deadline = time.monotonic() + timeout_s
-    count, last_change = len(sink.received_spans()), time.monotonic()
+    count, last_change = rx.stats()[0], time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.25)
-        n = len(sink.received_spans())
+        n = rx.stats()[0]
         if n != count:
             count, last_change = n, time.monotonic()
         elif count and time.monotonic() - last_change >= settle_s:
@@ -401,12 +437,8 @@ def ratio(a, b):
 
 
 def compare_telemetry(args) -> dict:
-    from collector.memory_sink import MemorySink
-    from collector.otlp_receiver import OtlpReceiver
-
-    sink = MemorySink()
     result: dict = {}
-    with OtlpReceiver(sink) as rx:
+    with ReceiverProcess() as rx:
         traces_url = f"{rx.endpoint}/v1/traces"
         # off first, then on: any warm-up advantage of the machine goes to "off" (conservative).
         for mode in ("off", "on"):
@@ -415,12 +447,11 @@ def compare_telemetry(args) -> dict:
                 srv.wait_ready()
                 result[mode] = bench_against(srv.url, args, f"telemetry-{mode}", want_fidelity=(mode == "on"))
                 if mode == "on":
-                    result["spans_received_before_shutdown"] = wait_spans(sink, args.span_wait)
+                    result["spans_received_before_shutdown"] = wait_spans(rx, args.span_wait)
             finally:
                 srv.stop()
-        result["spans_received"] = wait_spans(sink, 3.0, settle_s=0.5)
-        result["span_names"] = sorted({s.name for s in sink.received_spans()})
-        result["spans_dropped_by_sink"] = sink.dropped().spans
+        result["spans_received"] = wait_spans(rx, 3.0, settle_s=0.5)
+        _, result["span_names"], result["spans_dropped_by_sink"] = rx.stats()
     per = []
     for on, off in zip(result["on"], result["off"]):
         per.append({
@@ -488,17 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_telemetry:
         report = {"mode": "compare_telemetry", **compare_telemetry(args)}
     elif args.start_server:
-        from collector.memory_sink import MemorySink
-        from collector.otlp_receiver import OtlpReceiver
-        sink = MemorySink()
-        with OtlpReceiver(sink) as rx:
+        with ReceiverProcess() as rx:
             srv = ManagedServer(args.server_model, True, f"{rx.endpoint}/v1/traces", args.max_num_seqs, args.server_arg)
             try:
                 srv.wait_ready()
                 runs = bench_against(srv.url, args, "telemetry-on", want_fidelity=True)
             finally:
                 srv.stop()
-            report = {"mode": "start_server", "runs": runs, "spans_received": wait_spans(sink, 3.0, 0.5)}
+            report = {"mode": "start_server", "runs": runs, "spans_received": wait_spans(rx, 3.0, 0.5)}
     else:
         report = {"mode": "url", "url": args.url, "runs": bench_against(args.url, args, "url", want_fidelity=True)}
     report["total_wall_s"] = time.perf_counter() - t0

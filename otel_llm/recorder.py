@@ -70,6 +70,8 @@ class StepRecorder:
         if not self.enabled:
             return
         rid = np.asarray(rids, dtype=np.int64)
+        if isinstance(num_new_tokens, list) and num_new_tokens.count(1) == len(num_new_tokens):
+            num_new_tokens = 1  # the common case, as a list: keep the all-ones fast path
         if isinstance(num_new_tokens, int) and num_new_tokens == 1:
             n = ones_i4(len(rid))
         else:

@@ -89,3 +89,18 @@ def test_request_that_can_never_fit_finishes_with_error(make_engine):
     assert [FinishReason(r) for rec in records for r in rec.finished_reason] == [FinishReason.ERROR]
     assert sum(int(rec.output_num_tokens.sum()) for rec in records) == sum(len(t) for t in tokens.values())
     assert engine.block_manager.num_free_blocks == 8
+
+
+def test_steady_decode_steps_take_the_telemetry_fast_path(dummy, make_engine):
+    """A decode step of an unchanged batch is an outputs-only record whose rids repeat the
+    previous step's, which `Telemetry.ingest` applies without decoding (apply_steady)."""
+    from otel_llm.step import outputs_only_header
+
+    engine = make_engine(snapshot_interval_s=3600.0)
+    for rid in range(1, 5):
+        engine.add_request(rid, dummy.tokenizer.encode(f"prompt {rid}"), SamplingParams(max_tokens=12, ignore_eos=True))
+    steps = [engine.step().telemetry for _ in range(8)]
+    steady = [t for t in steps[2:] if outputs_only_header(t) is not None]
+    assert len(steady) == 6  # every decode step after the first token and the first snapshot
+    body = [t[-4 * 8:] for t in steady]
+    assert len(set(body)) == 1  # same four rids, same order
