@@ -13,10 +13,11 @@ from the usage chunk (``stream_options.include_usage``). Reported: mean/p50/p90/
 each, request throughput, output token throughput, wall time.
 
 Server: ``--url`` for a running one, or ``--start-server`` to launch
-``python -m server serve --model dummy`` on a free port. ``--compare-telemetry`` runs the
-same load against a server with telemetry fully on (metrics + OTLP traces to a local
-OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully off (--disable-log-stats, no
-tracing), and reports on/off ratios plus spans received.
+``python -m server serve --model dummy`` on a free port. ``--compare-telemetry`` starts two
+servers side by side, one with telemetry fully on (metrics + OTLP traces to a local
+OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully off
+(--disable-log-stats, no tracing), runs the same load against each ``--repeats`` times in
+alternating order, and reports the median on/off ratios plus spans received.
 
 Fidelity (telemetry-on run, or any run whose server exposes vllm: metrics): /metrics is
 scraped before and after the load; request / generation-token / prompt-token deltas are
@@ -437,34 +438,49 @@ def ratio(a, b):
 
 
 def compare_telemetry(args) -> dict:
-    result: dict = {}
+    """Both servers run side by side (an idle one costs nothing); the loads alternate
+    off/on, on/off, ... for `--repeats` rounds, so machine noise hits both modes alike.
+    Headline ratios are medians over rounds of the per-round on/off ratios."""
+    result: dict = {"on": [], "off": []}  # per round: one result per workload
     with ReceiverProcess() as rx:
         traces_url = f"{rx.endpoint}/v1/traces"
-        # off first, then on: any warm-up advantage of the machine goes to "off" (conservative).
-        for mode in ("off", "on"):
-            srv = ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs, args.server_arg)
-            try:
+        servers = {mode: ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs, args.server_arg)
+                   for mode in ("off", "on")}
+        try:
+            for srv in servers.values():
                 srv.wait_ready()
-                result[mode] = bench_against(srv.url, args, f"telemetry-{mode}", want_fidelity=(mode == "on"))
-                if mode == "on":
-                    result["spans_received_before_shutdown"] = wait_spans(rx, args.span_wait)
-            finally:
+            for r in range(args.repeats):
+                for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    result[mode].append(bench_against(servers[mode].url, args, f"telemetry-{mode} round {r + 1}",
+                                                      want_fidelity=(mode == "on")))
+            result["spans_received_before_shutdown"] = wait_spans(rx, args.span_wait)
+        finally:
+            for srv in servers.values():
                 srv.stop()
         result["spans_received"] = wait_spans(rx, 3.0, settle_s=0.5)
         _, result["span_names"], result["spans_dropped_by_sink"] = rx.stats()
     per = []
-    for on, off in zip(result["on"], result["off"]):
+    for w, (name, _) in enumerate(workloads(args)):
+        rounds = [(on[w], off[w]) for on, off in zip(result["on"], result["off"])]
+        thr = [ratio(on["output_token_throughput"], off["output_token_throughput"]) for on, off in rounds]
+        itl = [ratio(on["itl_ms"] and on["itl_ms"]["p99"], off["itl_ms"] and off["itl_ms"]["p99"]) for on, off in rounds]
         per.append({
-            "workload": on["workload"],
-            "throughput_ratio_on_vs_off": ratio(on["output_token_throughput"], off["output_token_throughput"]),
-            "p99_itl_ratio_on_vs_off": ratio(on["itl_ms"] and on["itl_ms"]["p99"], off["itl_ms"] and off["itl_ms"]["p99"]),
+            "workload": name,
+            "throughput_ratio_on_vs_off": _median(thr), "p99_itl_ratio_on_vs_off": _median(itl),
+            "throughput_ratio_per_round": thr, "p99_itl_ratio_per_round": itl,
+            "fidelity_per_round": [on["fidelity"] for on, _ in rounds],
         })
     result["per_workload_ratios"] = per
     # Headline numbers: the first workload (the only one unless several --rates were given).
-    result["throughput_ratio_on_vs_off"] = per[0]["throughput_ratio_on_vs_off"] if per else None
-    result["p99_itl_ratio_on_vs_off"] = per[0]["p99_itl_ratio_on_vs_off"] if per else None
-    result["fidelity"] = result["on"][0]["fidelity"] if result["on"] else None
+    result["throughput_ratio_on_vs_off"] = per[0]["throughput_ratio_on_vs_off"]
+    result["p99_itl_ratio_on_vs_off"] = per[0]["p99_itl_ratio_on_vs_off"]
+    result["fidelity"] = result["on"][-1][0]["fidelity"]
     return result
+
+
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
 
 
 def parse_rate(text: str) -> float:
@@ -496,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=None,
                    help="warm-up requests before each measured load (default: min(concurrency, num requests))")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=3, help="--compare-telemetry rounds (alternating off/on order)")
     p.add_argument("--span-wait", type=float, default=12.0, help="max seconds to wait for spans to arrive")
     p.add_argument("--quick", action="store_true",
                    help="dummy model, 64 requests, max_tokens 32, rate inf, concurrency 64, ignore_eos")

@@ -119,6 +119,9 @@ def serve(config: ServerConfig) -> int:
 
     # One torch thread in the API process (it only tokenizes); the engine gets the rest.
     cap_threads(config.engine_threads if config.in_process else 1)
+    # The event loop streams tokens; background threads (span export, the engine reader)
+    # must hand the GIL back quickly, not after the default 5 ms.
+    sys.setswitchinterval(0.001)
     import uvicorn
 
     from server.api import create_app

@@ -196,13 +196,13 @@ class EngineClient:
     # -- event-loop thread -----------------------------------------------
     def _on_event(self, event) -> None:
         if isinstance(event, ipc.Step):
-            if event.telemetry is not None:
-                self._tel.ingest(event.telemetry)
             streams = self._streams
-            for out in event.outputs:
+            for out in event.outputs:  # tokens first: telemetry (span trees at finishes) never delays them
                 queue = streams.get(out.rid)
                 if queue is not None:
                     queue.put_nowait(out)
+            if event.telemetry is not None:
+                self._tel.ingest(event.telemetry)
         elif isinstance(event, ipc.Reject):
             queue = self._streams.pop(event.rid, None)
             self._fail(event.rid)
