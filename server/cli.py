@@ -125,6 +125,7 @@ def serve(config: ServerConfig) -> int:
     import uvicorn
 
     from server.api import create_app
+    from server.api.arrival import stamping_protocol
     from server.engine_client import EngineClient, EngineStartError
 
     client = EngineClient(config)
@@ -136,7 +137,7 @@ def serve(config: ServerConfig) -> int:
         return 2 if exc.config_error else 1
     try:
         uvicorn.run(create_app(config, client), host=config.host, port=config.port, access_log=config.access_log,
-                    log_config=None, timeout_graceful_shutdown=5)
+                    log_config=None, timeout_graceful_shutdown=5, http=stamping_protocol())
     finally:
         client.close()
     return 0

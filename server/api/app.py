@@ -28,6 +28,7 @@ from starlette.routing import Route
 from otel_llm import Telemetry, TelemetryConfig
 from server import protocol
 from server.api import triton
+from server.api.arrival import ArrivalStamp
 from server.api.errors import OpenAIError, openai_error_handler, validation_error_handler
 from server.api.serving import OpenAIServing
 from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
@@ -58,18 +59,6 @@ def _kv_device(device: str) -> str:
 
         return "GPU" if torch.cuda.is_available() else "CPU"
     return "CPU" if device == "cpu" else "GPU"
-
-
-class _ArrivalStamp:
-    """Stamps each request's arrival (monotonic ns) at the ASGI edge, for TTFT and e2e."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            scope.setdefault("state", {})["arrival_ns"] = time.monotonic_ns()
-        await self.app(scope, receive, send)
 
 
 class _MetricsEndpoint:
@@ -152,5 +141,5 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
         return {"status": "ok", "model": s.model_name, "engine_pid": s.client.engine_pid,
                 "in_flight": s.client.num_in_flight, "otlp_traces_endpoint": s.config.otlp_traces_endpoint}
 
-    app.add_middleware(_ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
+    app.add_middleware(ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
     return app
