@@ -69,7 +69,7 @@ class FinishedBatch:
     engine_valid: np.ndarray  # bool: engine timestamps complete and ordered
     trace: np.ndarray  # [n, TRACE_COLUMNS] uint64 (see aggregation.TRACE_COLUMNS)
     preemption_ts: list[list[int]]  # engine monotonic ns per request
-    outputs: list[str | None]  # response text, only when content capture is on
+    outputs: list[list[str] | None]  # response text per choice, only when content capture is on
 
 
 class RequestTable:
@@ -103,7 +103,7 @@ class RequestTable:
             setattr(self, f, np.zeros(0, np.int64))
         self.infos: list[RequestInfo | None] = []
         self.preemption_ts: list[list[int] | None] = []
-        self.outputs: list[str | None] = []
+        self.outputs: list[list[str] | None] = []
         self._free: list[int] = []
         self.num_active = 0
         self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}

@@ -119,14 +119,20 @@ class Telemetry:
         except Exception:  # telemetry never breaks the request path
             self._internal_error(where)
 
-    def set_output(self, handle: int, text: str) -> None:
-        """Response text for content capture (opt-in); call before ingesting the finishing step."""
-        if not self.enabled or self.tracer is None or not self.tracer.capture_content:
+    @property
+    def capture_content(self) -> bool:
+        """Whether spans record prompt and response content (opt-in: config or
+        OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT); callers skip building it otherwise."""
+        return self.enabled and self.tracer is not None and self.tracer.capture_content
+
+    def set_output(self, handle: int, text: str | list[str]) -> None:
+        """Response text (one per choice) for content capture; call before ingesting the finishing step."""
+        if not self.capture_content:
             return
         with self._lock:
             slot = self.table.slot_of(handle)
             if slot is not None:
-                self.table.outputs[slot] = text
+                self.table.outputs[slot] = [text] if isinstance(text, str) else list(text)
 
     def fail(self, handle: int, reason: FinishReason = FinishReason.ERROR) -> None:
         """Finish a request from the frontend (engine died, or it never reached the engine)."""

@@ -129,10 +129,10 @@ class RequestTracer:
         if self.capture_content:
             if info.input_messages is not None:
                 attrs["gen_ai.input.messages"] = info.input_messages
-            if b.outputs[i] is not None:
+            if b.outputs[i] is not None:  # one text per choice (n > 1 sequences)
                 attrs["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "parts": [{"type": "text", "content": b.outputs[i]}],
-                      "finish_reason": reason.label}])
+                    [{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": reason.label}
+                     for text in b.outputs[i]])
         status = Status(StatusCode.UNSET)
         if reason in (FinishReason.ABORT, FinishReason.ERROR):
             attrs["error.type"] = reason.label

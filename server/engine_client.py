@@ -53,6 +53,7 @@ class EngineClient:
     def __init__(self, config: ServerConfig):
         self.config = config
         self._tel = None
+        self._texts: dict[int, list[str]] | None = None  # per request, per sequence: only with content capture
         self._streams: dict[int, asyncio.Queue] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proc = None
@@ -117,6 +118,7 @@ class EngineClient:
         goes to `telemetry.ingest` (an `otel_llm.Telemetry`), in step order."""
         self._loop = loop
         self._tel = telemetry
+        self._texts: dict[int, list[str]] | None = {} if telemetry.capture_content else None
         self._reader = threading.Thread(target=self._read_forever, name="engine-reader", daemon=True)
         self._reader.start()
 
@@ -163,9 +165,13 @@ class EngineClient:
     def release(self, rid: int) -> None:
         """The request finished on the API side; drop its queue."""
         self._streams.pop(rid, None)
+        if self._texts is not None:
+            self._texts.pop(rid, None)
 
     def abort(self, rid: int) -> None:
         """Abort in the engine (client disconnected). Safe for finished requests."""
+        if self._texts is not None:
+            self._texts.pop(rid, None)
         if self._streams.pop(rid, None) is None or self.dead_reason is not None:
             return
         try:
@@ -202,12 +208,24 @@ class EngineClient:
                 if queue is not None:
                     queue.put_nowait(out)
             if event.telemetry is not None:
+                if self._texts is not None:
+                    self._capture(event.outputs)
                 self._tel.ingest(event.telemetry)
         elif isinstance(event, ipc.Reject):
             queue = self._streams.pop(event.rid, None)
             self._fail(event.rid)
             if queue is not None:
                 queue.put_nowait(Rejected(event.message))
+
+    def _capture(self, outputs) -> None:
+        """Content capture (opt-in): accumulate each request's text per sequence and hand it
+        to telemetry when a sequence finishes, before the step that finishes the request."""
+        for out in outputs:
+            texts = self._texts.setdefault(out.rid, [])
+            texts.extend([""] * (out.seq_index + 1 - len(texts)))
+            texts[out.seq_index] += out.text
+            if out.finished:
+                self._tel.set_output(out.rid, texts)
 
     def _fail(self, rid: int) -> None:
         if self._tel.enabled and rid > 0:  # rid <= 0: not a Telemetry handle (see OpenAIServing)

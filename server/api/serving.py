@@ -78,7 +78,8 @@ class OpenAIServing:
             raise bad_request("echo is not supported", "echo")
         prompt_ids = self._completion_prompt(req.prompt)
         p = self._prepare(req, "text_completion", f"cmpl-{uuid.uuid4().hex}", prompt_ids, req.max_tokens)
-        return await self._serve(p, request, chat=False)
+        prompt = req.prompt if isinstance(req.prompt, str) else self.tokenizer.decode(prompt_ids)
+        return await self._serve(p, request, chat=False, content=lambda: [{"role": "user", "content": prompt}])
 
     async def chat(self, req: protocol.ChatCompletionRequest, request: Request) -> Response:
         self._check_model(req.model)
@@ -93,7 +94,7 @@ class OpenAIServing:
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         p = self._prepare(req, "chat", f"chatcmpl-{uuid.uuid4().hex}", prompt_ids, max_tokens, param)
-        return await self._serve(p, request, chat=True)
+        return await self._serve(p, request, chat=True, content=lambda: messages)
 
     # -- validation --------------------------------------------------------
     def _check_model(self, model: str) -> None:
@@ -159,15 +160,18 @@ class OpenAIServing:
         )
 
     # -- serving -----------------------------------------------------------
-    async def _serve(self, p: _Prepared, request: Request, chat: bool) -> Response:
+    async def _serve(self, p: _Prepared, request: Request, chat: bool, content) -> Response:
+        """`content()`: the input messages ({role, content} dicts), built only when content capture is on."""
         if self.client.dead_reason is not None:
             raise OpenAIError(503, f"the engine is not running: {self.client.dead_reason}", code="engine_dead")
         trace_headers = current_trace_headers()
+        input_messages = _semconv_messages(content()) if self.tel.capture_content else None
         rid = self.tel.arrival(RequestInfo(
             request_id=p.request_id, operation=p.operation, prompt_tokens=len(p.prompt_ids),
             max_tokens=p.max_tokens_requested, n=p.n, temperature=p.temperature, top_p=p.top_p,
             top_k=p.top_k if p.top_k > 0 else None, seed=p.seed, stream=p.stream, stop_sequences=p.stop,
             trace_headers=trace_headers or None, arrival_ns=getattr(request.state, "arrival_ns", None),
+            input_messages=input_messages,
         ))
         if rid == -1:
             rid = next(self._fallback_rids)
@@ -298,3 +302,8 @@ async def _until_disconnect(request: Request, work):
     except (asyncio.CancelledError, Exception):
         pass
     raise _ClientGone
+
+
+def _semconv_messages(messages: list[dict]) -> str:
+    """`gen_ai.input.messages`: the GenAI semconv message JSON (role + text parts)."""
+    return json.dumps([{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]} for m in messages])

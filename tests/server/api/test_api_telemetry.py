@@ -175,5 +175,41 @@ def test_traces_nest_under_the_http_span(server, sink, workload):
     assert gen_ai, [c.name for c in children]
     ga = {a.key: a.value for a in gen_ai[0].attributes}
     assert ga["gen_ai.usage.output_tokens"].int_value == 2
+    assert "gen_ai.input.messages" not in ga and "gen_ai.output.messages" not in ga  # content is opt-in
     # untraced requests still produce their own traces (a new trace id each)
     assert len({s.trace_id for s in sink.snapshot()}) > 1
+
+
+def test_content_capture_records_prompt_and_every_choice(sink):
+    """With OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT the gen_ai span carries the
+    messages and the text of each of the n choices, exactly as the client received them."""
+    import json
+
+    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    srv = ServerProcess("--otlp-traces-endpoint", endpoint, env={
+        "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}).start()
+    try:
+        with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
+            r = c.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "capture me"}],
+                                          max_tokens=5, n=2, extra_body={"ignore_eos": True})
+            texts = [ch.message.content for ch in sorted(r.choices, key=lambda ch: ch.index)]
+            completion = c.completions.create(model="dummy", prompt="plain prompt", max_tokens=3,
+                                              extra_body={"ignore_eos": True}).choices[0].text
+    finally:
+        srv.stop()
+
+    def attrs_of(name_prefix, marker):
+        for s in sink.snapshot():
+            a = {x.key: x.value.string_value for x in s.attributes}
+            if s.name.startswith(name_prefix) and marker in a.get("gen_ai.input.messages", ""):
+                return a
+        return None
+
+    chat = wait_until(lambda: attrs_of("chat", "capture me"), timeout_s=15)
+    assert chat, "no chat span with captured content"
+    assert json.loads(chat["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "capture me"}]}]
+    out = json.loads(chat["gen_ai.output.messages"])
+    assert [m["parts"][0]["content"] for m in out] == texts and {m["finish_reason"] for m in out} == {"length"}
+    plain = wait_until(lambda: attrs_of("text_completion", "plain prompt"), timeout_s=15)
+    assert plain and json.loads(plain["gen_ai.output.messages"])[0]["parts"][0]["content"] == completion
