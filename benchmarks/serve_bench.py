@@ -15,7 +15,7 @@ each, request throughput, output token throughput, wall time.
 
 Server: ``--url`` for a running one, or ``--start-server`` to launch
 ``python -m server serve --model dummy`` on a free port. ``--compare-telemetry`` starts two
-servers side by side, one with telemetry fully on (metrics + OTLP traces to a local
+servers side by side (afresh every round), one with telemetry fully on (metrics + OTLP traces to a local
 OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully off
 (--disable-log-stats, no tracing), runs the same load against each ``--repeats`` times in
 alternating order, and reports the median on/off ratios plus spans received.
@@ -505,25 +505,27 @@ def ratio(a, b):
 
 
 def compare_telemetry(args) -> dict:
-    """Both servers run side by side (an idle one costs nothing); the loads alternate
-    off/on, on/off, ... for `--repeats` rounds, so machine noise hits both modes alike.
-    Headline ratios are medians over rounds of the per-round on/off ratios."""
+    """Each of `--repeats` rounds starts both servers afresh (side by side; an idle one costs
+    nothing) in alternating order and runs the load against each, off/on, then on/off, ...,
+    so machine noise and process placement hit both modes alike. Headline ratios are
+    medians over rounds of the per-round on/off ratios."""
     result: dict = {"on": [], "off": []}  # per round: one result per workload
     with ReceiverProcess() as rx:
-        traces_url = f"{rx.endpoint}/v1/traces"
-        servers = {mode: ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs, args.server_arg)
-                   for mode in ("off", "on")}
-        try:
-            for srv in servers.values():
-                srv.wait_ready()
-            for r in range(args.repeats):
-                for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+        traces_url = None if args.no_traces else f"{rx.endpoint}/v1/traces"
+        for r in range(args.repeats):
+            order = ("off", "on") if r % 2 == 0 else ("on", "off")
+            servers = {mode: ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs,
+                                           args.server_arg) for mode in order}
+            try:
+                for srv in servers.values():
+                    srv.wait_ready()
+                for mode in order:
                     result[mode].append(bench_against(servers[mode].url, args, f"telemetry-{mode} round {r + 1}",
                                                       want_fidelity=(mode == "on")))
-            result["spans_received_before_shutdown"] = wait_spans(rx, args.span_wait)
-        finally:
-            for srv in servers.values():
-                srv.stop()
+            finally:
+                for srv in servers.values():
+                    srv.stop()
+        result["spans_received_before_shutdown"] = wait_spans(rx, args.span_wait)
         result["spans_received"] = wait_spans(rx, 3.0, settle_s=0.5)
         _, result["span_names"], result["spans_dropped_by_sink"] = rx.stats()
     per = []
@@ -579,10 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=None,
                    help="warm-up requests before each measured load (default: min(concurrency, num requests))")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-traces", action="store_true",
+                   help="--compare-telemetry with metrics only on the telemetry-on server (separates their costs)")
     p.add_argument("--repeats", type=int, default=3, help="--compare-telemetry rounds (alternating off/on order)")
     p.add_argument("--span-wait", type=float, default=12.0, help="max seconds to wait for spans to arrive")
     p.add_argument("--quick", action="store_true",
-                   help="dummy model, 64 requests, max_tokens 32, rate inf, concurrency 64, ignore_eos")
+                   help="dummy model, 128 requests, max_tokens 64, rate inf, concurrency 64, ignore_eos")
     p.add_argument("--out", default=None, help="also write the JSON here")
     return p
 
@@ -590,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.quick:
-        args.server_model, args.num_requests, args.max_tokens = "dummy", 64, 32
+        args.server_model, args.num_requests, args.max_tokens = "dummy", 128, 64
         args.rates, args.concurrency, args.ignore_eos, args.prompt_len = [float("inf")], 64, True, 64
     if args.compare_telemetry and not args.start_server:
         if args.url:
