@@ -25,7 +25,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     (["--block-size", "-4"], "-4"),
     (["--metrics-compat", "prometheus"], "prometheus"),
     (["--dtype", "int8"], "int8"),
-    (["--model", "/no/such/model/dir"], "/no/such/model/dir"),
+    (["--model", "/no/such/model/dir"], "--model '/no/such/model/dir'"),  # EngineConfig's error, in flag terms
     (["--log-stats-interval", "0"], "'0'"),
     (["--otlp-traces-endpoint", "localhost:4317"], "localhost:4317"),
     (["--served-model-name", " "], "' '"),
