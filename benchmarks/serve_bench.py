@@ -451,6 +451,10 @@ class _CountingSink:
             self.spans += len(spans)
             self.names.update(s.name for s in spans)
 
+    def stats(self) -> tuple[int, list[str], int]:
+        with self._lock:
+            return self.spans, sorted(self.names), 0
+
 
 def _receiver_main(conn) -> None:
     from collector.otlp_receiver import OtlpReceiver
@@ -459,8 +463,7 @@ def _receiver_main(conn) -> None:
     with OtlpReceiver(sink) as rx:
         conn.send(rx.endpoint)
         while conn.recv() == "stats":
-            with sink._lock:
-                conn.send((sink.spans, sorted(sink.names), 0))
+            conn.send(sink.stats())
 
 
 class ReceiverProcess:

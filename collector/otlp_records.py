@@ -108,50 +108,40 @@ class LogRecord:
     scope_name: str
 
 
+def _flatten(resource_items, scope_field: str, item_field: str, build) -> list:
+    """One record per item of an Export*ServiceRequest: `build(item, resource attrs, scope name)`."""
+    return [build(item, resource, scoped.scope.name)
+            for res in resource_items
+            for resource in (attributes(res.resource.attributes),)
+            for scoped in getattr(res, scope_field)
+            for item in getattr(scoped, item_field)]
+
+
 def flatten_spans(request: ExportTraceServiceRequest) -> list[SpanRecord]:
-    records = []
-    for resource_spans in request.resource_spans:
-        resource = attributes(resource_spans.resource.attributes)
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope.name
-            for span in scope_spans.spans:
-                records.append(_span(span, resource, scope))
-    return records
+    return _flatten(request.resource_spans, "scope_spans", "spans", _span)
 
 
 def flatten_metrics(request: ExportMetricsServiceRequest) -> list[MetricRecord]:
-    records = []
-    for resource_metrics in request.resource_metrics:
-        resource = attributes(resource_metrics.resource.attributes)
-        for scope_metrics in resource_metrics.scope_metrics:
-            scope = scope_metrics.scope.name
-            for metric in scope_metrics.metrics:
-                records.append(_metric(metric, resource, scope))
-    return records
+    return _flatten(request.resource_metrics, "scope_metrics", "metrics", _metric)
 
 
 def flatten_logs(request: ExportLogsServiceRequest) -> list[LogRecord]:
-    records = []
-    for resource_logs in request.resource_logs:
-        resource = attributes(resource_logs.resource.attributes)
-        for scope_logs in resource_logs.scope_logs:
-            scope = scope_logs.scope.name
-            for log in scope_logs.log_records:
-                records.append(
-                    LogRecord(
-                        time_ns=log.time_unix_nano,
-                        observed_time_ns=log.observed_time_unix_nano,
-                        severity_number=log.severity_number,
-                        severity_text=log.severity_text,
-                        body=any_value(log.body),
-                        attributes=attributes(log.attributes),
-                        trace_id=log.trace_id.hex(),
-                        span_id=log.span_id.hex(),
-                        resource_attributes=resource,
-                        scope_name=scope,
-                    )
-                )
-    return records
+    return _flatten(request.resource_logs, "scope_logs", "log_records", _log)
+
+
+def _log(log, resource: Attributes, scope: str) -> LogRecord:
+    return LogRecord(
+        time_ns=log.time_unix_nano,
+        observed_time_ns=log.observed_time_unix_nano,
+        severity_number=log.severity_number,
+        severity_text=log.severity_text,
+        body=any_value(log.body),
+        attributes=attributes(log.attributes),
+        trace_id=log.trace_id.hex(),
+        span_id=log.span_id.hex(),
+        resource_attributes=resource,
+        scope_name=scope,
+    )
 
 
 def any_value(value: AnyValue) -> Any:

@@ -70,13 +70,12 @@ class StepRecorder:
         if not self.enabled:
             return
         rid = np.asarray(rids, dtype=np.int64)
-        if isinstance(num_new_tokens, list) and num_new_tokens.count(1) == len(num_new_tokens):
-            num_new_tokens = 1  # the common case, as a list: keep the all-ones fast path
         if isinstance(num_new_tokens, int) and num_new_tokens == 1:
             n = ones_i4(len(rid))
         else:
             n = np.broadcast_to(np.asarray(num_new_tokens, dtype=np.int32), rid.shape)
-            self._all_one = False
+            # all ones however they were given: the frontend's steady-decode fast path needs the flag
+            self._all_one = self._all_one and bool((n == 1).all())
         self._out_rid.append(rid)
         self._out_n.append(n)
 

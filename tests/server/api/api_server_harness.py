@@ -10,11 +10,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from server.demo import scrape
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -72,12 +72,7 @@ class ServerProcess:
 
     def metrics(self) -> dict:
         """{sample name: {frozenset(label items): value}}"""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        out: dict = defaultdict(dict)
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out[s.name][frozenset(s.labels.items())] = s.value
-        return out
+        return scrape(self.url)
 
 
 def sample(metrics: dict, name: str, **labels: str) -> float:

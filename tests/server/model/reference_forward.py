@@ -54,14 +54,15 @@ def forward(config: LlamaConfig, weights: dict[str, torch.Tensor], ids: list[int
 
 
 def greedy(
-    config: LlamaConfig, weights: dict[str, torch.Tensor], ids: list[int], max_new_tokens: int
+    config: LlamaConfig, weights: dict[str, torch.Tensor], ids: list[int], max_new_tokens: int, stop_ids=None
 ) -> list[int]:
-    """Greedy continuation of ``ids``, stopping after an EOS id."""
+    """Greedy continuation of ``ids``, stopping after a stop id (default: the EOS ids)."""
+    stop_ids = config.eos_token_ids if stop_ids is None else stop_ids
     out: list[int] = []
     with torch.inference_mode():
         for _ in range(max_new_tokens):
             nxt = int(forward(config, weights, ids + out)[-1].argmax())
             out.append(nxt)
-            if nxt in config.eos_token_ids:
+            if nxt in stop_ids:
                 break
     return out
