@@ -55,6 +55,7 @@ class EngineClient:
         self._tel = None
         self._texts: dict[int, list[str]] | None = None  # per request, per sequence: only with content capture
         self._streams: dict[int, asyncio.Queue] = {}
+        self._fresh: set[int] = set()  # requests that have had no output yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proc = None
         self._thread: threading.Thread | None = None
@@ -155,16 +156,19 @@ class EngineClient:
             raise EngineDead(self.dead_reason)
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.rid] = queue
+        self._fresh.add(request.rid)
         try:
             self._conn.send_bytes(ipc.encode_command(request))
         except OSError as exc:
             del self._streams[request.rid]
+            self._fresh.discard(request.rid)
             raise EngineDead(f"cannot reach the engine: {exc}") from exc
         return queue
 
     def release(self, rid: int) -> None:
         """The request finished on the API side; drop its queue."""
         self._streams.pop(rid, None)
+        self._fresh.discard(rid)
         if self._texts is not None:
             self._texts.pop(rid, None)
 
@@ -172,6 +176,7 @@ class EngineClient:
         """Abort in the engine (client disconnected). Safe for finished requests."""
         if self._texts is not None:
             self._texts.pop(rid, None)
+        self._fresh.discard(rid)
         if self._streams.pop(rid, None) is None or self.dead_reason is not None:
             return
         try:
@@ -202,18 +207,33 @@ class EngineClient:
     # -- event-loop thread -----------------------------------------------
     def _on_event(self, event) -> None:
         if isinstance(event, ipc.Step):
-            streams = self._streams
-            for out in event.outputs:  # tokens first: telemetry (span trees at finishes) never delays them
+            # Tokens before telemetry, and first and last tokens before the others: the
+            # streams of those outputs are woken first, the step's telemetry is ingested
+            # next (call_soon keeps that order), the other streams after. So the frontend's
+            # receive time, which ends TTFT and e2e, is taken once the first/last tokens of
+            # this step were handed to their connections, and span building at finishes
+            # never delays them.
+            streams, fresh, later = self._streams, self._fresh, []
+            for out in event.outputs:
                 queue = streams.get(out.rid)
-                if queue is not None:
+                if queue is None:
+                    continue
+                if out.finished or out.rid in fresh:
                     queue.put_nowait(out)
+                else:
+                    later.append((queue, out))
+            if fresh:
+                fresh.difference_update([out.rid for out in event.outputs])
             if event.telemetry is not None:
-                if self._texts is not None:
+                if self._texts is not None:  # before the streams run: they drop finished requests' texts
                     self._capture(event.outputs)
-                self._tel.ingest(event.telemetry)
+                self._loop.call_soon(self._tel.ingest, event.telemetry)
+            for queue, out in later:
+                queue.put_nowait(out)
         elif isinstance(event, ipc.Reject):
             queue = self._streams.pop(event.rid, None)
-            self._fail(event.rid)
+            self._fresh.discard(event.rid)
+            self._loop.call_soon(self._fail, event.rid)  # after any telemetry already queued
             if queue is not None:
                 queue.put_nowait(Rejected(event.message))
 
@@ -237,6 +257,7 @@ class EngineClient:
         logger.error("engine is dead: %s; failing %d in-flight request(s)", reason, len(self._streams))
         self.dead_reason = reason
         streams, self._streams = self._streams, {}
+        self._fresh.clear()
         for rid, queue in streams.items():
-            self._fail(rid)
+            self._loop.call_soon(self._fail, rid)  # after any telemetry already queued
             queue.put_nowait(EngineDead(reason))

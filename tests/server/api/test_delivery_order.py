@@ -1,0 +1,90 @@
+"""EngineClient delivery order on the event loop: a step's first and last tokens reach
+their streams before the step's telemetry is ingested, the other tokens after it, and
+failures reported later (engine death) never overtake telemetry already queued."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+from array import array
+
+from server import ipc
+from server.engine_client import EngineClient, EngineDead
+
+
+class _OrderLog:
+    """Stands in for `otel_llm.Telemetry`: records when the client calls it."""
+
+    enabled, capture_content = True, False
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def ingest(self, data) -> None:
+        self.log.append(("ingest", data))
+
+    def fail(self, handle, reason) -> None:
+        self.log.append(("fail", handle))
+
+
+def _out(rid: int, finished: bool = False) -> ipc.SeqOutput:
+    return ipc.SeqOutput(rid, 0, array("i", [7]), "x", finished, 0 if finished else -1, 3, 0)
+
+
+async def _scenario() -> list:
+    log: list = []
+    client = EngineClient(config=None)
+    client._loop, client._tel, client._texts = asyncio.get_running_loop(), _OrderLog(log), None
+    client._conn, engine_end = mp.Pipe()
+
+    async def consume(rid: int, queue: asyncio.Queue) -> None:
+        while True:
+            item = await queue.get()
+            if isinstance(item, EngineDead):
+                log.append(("dead", rid))
+                return
+            log.append(("token", rid))
+            if item.finished:
+                client.release(rid)  # as OpenAIServing does once all sequences finished
+                return
+
+    consumers = [asyncio.create_task(consume(rid, client.add(ipc.AddRequest(rid, [1, 2, 3]))))
+                 for rid in (1, 2, 3)]
+    await asyncio.sleep(0)  # every consumer waits on its queue
+    client._on_event(ipc.Step([_out(1)], b"A"))  # request 1's first token
+    await asyncio.sleep(0.01)
+    log.append("|")
+    # 1 is running, 2 gets its first token, 3 its last.
+    client._on_event(ipc.Step([_out(1), _out(2), _out(3, finished=True)], b"B"))
+    await asyncio.sleep(0.01)
+    log.append("|")
+    client._on_event(ipc.Step([_out(1), _out(2)], b"C"))
+    client._on_dead("engine process exited (exit code 9)")
+    await asyncio.gather(*consumers)
+    client._conn.close()
+    engine_end.close()
+    return log
+
+
+def test_first_and_last_tokens_go_out_before_telemetry_the_rest_after():
+    log = asyncio.run(_scenario())
+    first, second, third = _split(log)
+    assert first == [("token", 1), ("ingest", b"A")]
+    assert second == [("token", 2), ("token", 3), ("ingest", b"B"), ("token", 1)]
+    # Step C: no first or last tokens; then the engine dies. The step's telemetry is
+    # ingested before the failures of the requests it still mentions.
+    assert third[0] == ("ingest", b"C")
+    assert sorted(e for e in third if e[0] == "fail") == [("fail", 1), ("fail", 2)]
+    assert third.index(("ingest", b"C")) < min(third.index(("fail", 1)), third.index(("fail", 2)))
+    assert ("dead", 1) in third and ("dead", 2) in third
+
+
+def _split(log: list) -> list[list]:
+    parts, current = [], []
+    for entry in log:
+        if entry == "|":
+            parts.append(current)
+            current = []
+        else:
+            current.append(entry)
+    return parts + [current]
