@@ -20,6 +20,10 @@ OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully of
 (--disable-log-stats, no tracing), runs the same load against each ``--repeats`` times in
 alternating order, and reports the median on/off ratios plus spans received.
 
+Server CPU (servers this script started): user + system CPU seconds of the API and engine
+processes during each measured load, per generated token. On a shared machine wall-clock
+ratios swing by +-15% between rounds; CPU per token shows what telemetry costs each process.
+
 Fidelity (telemetry-on run, or any run whose server exposes vllm: metrics): /metrics is
 scraped before and after the load; request / generation-token / prompt-token deltas are
 compared exactly with the client's counts, server mean TTFT and E2E with the client's
@@ -327,6 +331,29 @@ def fidelity(before: dict | None, after: dict | None, load: dict, client_ttft_me
     }
 
 
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds of each process so far (Linux /proc; empty elsewhere)."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_per_token(before: dict[str, float], after: dict[str, float], tokens: int) -> dict:
+    """Server CPU spent during a load, per process: seconds and microseconds per generated token.
+    Far steadier than wall-clock throughput on a shared machine: it shows what telemetry costs
+    each process, whatever the neighbours do."""
+    out = {}
+    for name in before.keys() & after.keys():
+        used = after[name] - before[name]
+        out[name] = {"cpu_s": round(used, 3), "us_per_token": round(used * 1e6 / tokens, 2) if tokens else None}
+    return out
+
+
 # --------------------------------------------------------------------------- server
 
 def free_port() -> int:
@@ -340,6 +367,7 @@ class ManagedServer:
                  extra: list[str]):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.pids: dict[str, int] = {}  # "api", "engine" (not with --in-process): for CPU accounting
         cmd = [sys.executable, "-m", "server", "serve", "--model", model, "--port", str(self.port)]
         if max_num_seqs:
             cmd += ["--max-num-seqs", str(max_num_seqs)]
@@ -366,8 +394,11 @@ class ManagedServer:
                 raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.logfile.name}:\n"
                                    + Path(self.logfile.name).read_text()[-2000:])
             try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                resp = httpx.get(f"{self.url}/health", timeout=2.0)
+                if resp.status_code == 200:
                     log(f"server ready at {self.url}")
+                    engine_pid = int(resp.json().get("engine_pid") or 0)
+                    self.pids = {"api": self.proc.pid, **({"engine": engine_pid} if engine_pid != self.proc.pid else {})}
                     return
             except httpx.HTTPError:
                 pass
@@ -409,7 +440,7 @@ def workloads(args) -> list[tuple[str, list[Req]]]:
             for r in args.rates]
 
 
-async def _bench(url: str, args, label: str, want_fidelity: bool) -> list[dict]:
+async def _bench(url: str, args, label: str, want_fidelity: bool, pids: dict[str, int]) -> list[dict]:
     model = get_model(url, args.model_name)
     out = []
     # One client for warm-up and all loads: the warm-up opens the pooled connections,
@@ -423,7 +454,9 @@ async def _bench(url: str, args, label: str, want_fidelity: bool) -> list[dict]:
                 await run_load(client, model, warm, args.concurrency, args.ignore_eos, f"{label} warmup")
             before = await scrape(scraper, url) if want_fidelity else None
             log(f"{label}: {name}, {len(reqs)} requests, concurrency {args.concurrency}")
+            cpu_before = cpu_seconds(pids)
             load = await run_load(client, model, reqs, args.concurrency, args.ignore_eos, f"{label} {name}")
+            load["server_cpu"] = cpu_per_token(cpu_before, cpu_seconds(pids), load["total_completion_tokens"])
             after = await scrape(scraper, url) if want_fidelity else None
             ttft, e2e = load["ttft_ms"], load["e2e_ms"]
             fid = fidelity(before, after, load, ttft and ttft["mean"] / 1e3, e2e and e2e["mean"] / 1e3)
@@ -434,8 +467,9 @@ async def _bench(url: str, args, label: str, want_fidelity: bool) -> list[dict]:
     return out
 
 
-def bench_against(url: str, args, label: str, want_fidelity: bool) -> list[dict]:
-    return asyncio.run(_bench(url, args, label, want_fidelity))
+def bench_against(url: str, args, label: str, want_fidelity: bool, pids: dict[str, int] | None = None) -> list[dict]:
+    """`pids`: the server's processes ({"api": pid, "engine": pid}) when this script started them."""
+    return asyncio.run(_bench(url, args, label, want_fidelity, pids or {}))
 
 
 class _CountingSink:
@@ -524,7 +558,7 @@ def compare_telemetry(args) -> dict:
                     srv.wait_ready()
                 for mode in order:
                     result[mode].append(bench_against(servers[mode].url, args, f"telemetry-{mode} round {r + 1}",
-                                                      want_fidelity=(mode == "on")))
+                                                      want_fidelity=(mode == "on"), pids=servers[mode].pids))
             finally:
                 for srv in servers.values():
                     srv.stop()
@@ -536,9 +570,14 @@ def compare_telemetry(args) -> dict:
         rounds = [(on[w], off[w]) for on, off in zip(result["on"], result["off"])]
         thr = [ratio(on["output_token_throughput"], off["output_token_throughput"]) for on, off in rounds]
         itl = [ratio(on["itl_ms"] and on["itl_ms"]["p99"], off["itl_ms"] and off["itl_ms"]["p99"]) for on, off in rounds]
+        cpu = {proc: {mode: _median([run[w]["server_cpu"].get(proc, {}).get("us_per_token") for run in result[mode]])
+                      for mode in ("off", "on")} for proc in ("api", "engine")}
+        for c in cpu.values():
+            c["ratio_on_vs_off"] = ratio(c["on"], c["off"])
         per.append({
             "workload": name,
             "throughput_ratio_on_vs_off": _median(thr), "p99_itl_ratio_on_vs_off": _median(itl),
+            "server_cpu_us_per_token": cpu,
             "throughput_ratio_per_round": thr, "p99_itl_ratio_per_round": itl,
             "fidelity_per_round": [on["fidelity"] for on, _ in rounds],
         })
@@ -546,6 +585,7 @@ def compare_telemetry(args) -> dict:
     # Headline numbers: the first workload (the only one unless several --rates were given).
     result["throughput_ratio_on_vs_off"] = per[0]["throughput_ratio_on_vs_off"]
     result["p99_itl_ratio_on_vs_off"] = per[0]["p99_itl_ratio_on_vs_off"]
+    result["server_cpu_us_per_token"] = per[0]["server_cpu_us_per_token"]
     result["fidelity"] = result["on"][-1][0]["fidelity"]
     return result
 
@@ -614,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
             srv = ManagedServer(args.server_model, True, f"{rx.endpoint}/v1/traces", args.max_num_seqs, args.server_arg)
             try:
                 srv.wait_ready()
-                runs = bench_against(srv.url, args, "telemetry-on", want_fidelity=True)
+                runs = bench_against(srv.url, args, "telemetry-on", want_fidelity=True, pids=srv.pids)
             finally:
                 srv.stop()
             report = {"mode": "start_server", "runs": runs, "spans_received": wait_spans(rx, 3.0, 0.5)}
