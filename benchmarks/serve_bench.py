@@ -21,8 +21,8 @@ OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully of
 alternating order, and reports the median on/off ratios plus spans received.
 
 Server CPU (servers this script started): user + system CPU seconds of the API and engine
-processes during each measured load, per generated token. On a shared machine wall-clock
-ratios swing by +-15% between rounds; CPU per token shows what telemetry costs each process.
+processes during each measured load, per generated token: which process telemetry costs
+CPU in. On a shared machine it moves between rounds too (less than wall-clock ratios).
 
 Fidelity (telemetry-on run, or any run whose server exposes vllm: metrics): /metrics is
 scraped before and after the load; request / generation-token / prompt-token deltas are
@@ -344,9 +344,7 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 
 
 def cpu_per_token(before: dict[str, float], after: dict[str, float], tokens: int) -> dict:
-    """Server CPU spent during a load, per process: seconds and microseconds per generated token.
-    Far steadier than wall-clock throughput on a shared machine: it shows what telemetry costs
-    each process, whatever the neighbours do."""
+    """Server CPU spent during a load, per process: seconds and microseconds per generated token."""
     out = {}
     for name in before.keys() & after.keys():
         used = after[name] - before[name]
@@ -397,8 +395,10 @@ class ManagedServer:
                 resp = httpx.get(f"{self.url}/health", timeout=2.0)
                 if resp.status_code == 200:
                     log(f"server ready at {self.url}")
+                    self.pids = {"api": self.proc.pid}
                     engine_pid = int(resp.json().get("engine_pid") or 0)
-                    self.pids = {"api": self.proc.pid, **({"engine": engine_pid} if engine_pid != self.proc.pid else {})}
+                    if engine_pid and engine_pid != self.proc.pid:  # not --in-process
+                        self.pids["engine"] = engine_pid
                     return
             except httpx.HTTPError:
                 pass
@@ -570,10 +570,11 @@ def compare_telemetry(args) -> dict:
         rounds = [(on[w], off[w]) for on, off in zip(result["on"], result["off"])]
         thr = [ratio(on["output_token_throughput"], off["output_token_throughput"]) for on, off in rounds]
         itl = [ratio(on["itl_ms"] and on["itl_ms"]["p99"], off["itl_ms"] and off["itl_ms"]["p99"]) for on, off in rounds]
-        cpu = {proc: {mode: _median([run[w]["server_cpu"].get(proc, {}).get("us_per_token") for run in result[mode]])
-                      for mode in ("off", "on")} for proc in ("api", "engine")}
-        for c in cpu.values():
-            c["ratio_on_vs_off"] = ratio(c["on"], c["off"])
+        cpu = {}
+        for proc in ("api", "engine"):
+            off, on = (_median([run[w]["server_cpu"].get(proc, {}).get("us_per_token") for run in result[mode]])
+                       for mode in ("off", "on"))
+            cpu[proc] = {"off": off, "on": on, "ratio_on_vs_off": ratio(on, off)}
         per.append({
             "workload": name,
             "throughput_ratio_on_vs_off": _median(thr), "p99_itl_ratio_on_vs_off": _median(itl),

@@ -160,29 +160,30 @@ class EngineClient:
         try:
             self._conn.send_bytes(ipc.encode_command(request))
         except OSError as exc:
-            del self._streams[request.rid]
-            self._fresh.discard(request.rid)
+            self._drop(request.rid)
             raise EngineDead(f"cannot reach the engine: {exc}") from exc
         return queue
 
     def release(self, rid: int) -> None:
         """The request finished on the API side; drop its queue."""
-        self._streams.pop(rid, None)
-        self._fresh.discard(rid)
-        if self._texts is not None:
-            self._texts.pop(rid, None)
+        self._drop(rid)
 
     def abort(self, rid: int) -> None:
         """Abort in the engine (client disconnected). Safe for finished requests."""
-        if self._texts is not None:
-            self._texts.pop(rid, None)
-        self._fresh.discard(rid)
-        if self._streams.pop(rid, None) is None or self.dead_reason is not None:
+        if self._drop(rid) is None or self.dead_reason is not None:
             return
         try:
             self._conn.send_bytes(ipc.encode_command(ipc.AbortRequest(rid)))
         except OSError:
             pass
+
+    def _drop(self, rid: int) -> asyncio.Queue | None:
+        """Forget a request on this side: its queue (returned, None if already gone), its
+        first-output mark and its captured text."""
+        self._fresh.discard(rid)
+        if self._texts is not None:
+            self._texts.pop(rid, None)
+        return self._streams.pop(rid, None)
 
     # -- reader thread ---------------------------------------------------
     def _read_forever(self) -> None:
@@ -219,11 +220,10 @@ class EngineClient:
                 if queue is None:
                     continue
                 if out.finished or out.rid in fresh:
-                    queue.put_nowait(out)
+                    fresh.discard(out.rid)
+                    queue.put_nowait(out)  # wakes the stream now: it drains whatever else is queued
                 else:
                     later.append((queue, out))
-            if fresh:
-                fresh.difference_update([out.rid for out in event.outputs])
             if event.telemetry is not None:
                 if self._texts is not None:  # before the streams run: they drop finished requests' texts
                     self._capture(event.outputs)
@@ -231,8 +231,7 @@ class EngineClient:
             for queue, out in later:
                 queue.put_nowait(out)
         elif isinstance(event, ipc.Reject):
-            queue = self._streams.pop(event.rid, None)
-            self._fresh.discard(event.rid)
+            queue = self._drop(event.rid)
             self._loop.call_soon(self._fail, event.rid)  # after any telemetry already queued
             if queue is not None:
                 queue.put_nowait(Rejected(event.message))
