@@ -43,6 +43,21 @@ def capture_content_from_env() -> bool:
     return v in ("true", "span_only", "span_and_event")
 
 
+def new_span_identity(provider: TracerProvider, headers: dict[str, str] | None, name: str,
+                      kind: SpanKind) -> tuple[int, int, SpanContext | None, bool]:
+    """(trace id, span id, parent, sampled) of a new span: a child of `headers`' W3C
+    `traceparent` when it has a valid one, else a new trace's root; sampled as the
+    provider's sampler decides (ParentBased by default: as the parent was)."""
+    parent_ctx = _PROPAGATOR.extract(headers) if headers else None
+    parent = trace_api.get_current_span(parent_ctx).get_span_context() if parent_ctx else None
+    if parent is not None and not parent.is_valid:
+        parent = None
+    ids = provider.id_generator
+    trace_id = parent.trace_id if parent else ids.generate_trace_id()
+    decision = provider.sampler.should_sample(parent_ctx, trace_id, name, kind)
+    return trace_id, ids.generate_span_id(), parent, decision.decision.is_sampled()
+
+
 class RequestTracer:
     """Samples at arrival, builds and emits the span tree at finish. Frontend thread only."""
 
@@ -58,16 +73,10 @@ class RequestTracer:
 
     def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
-        parent_ctx = _PROPAGATOR.extract(info.trace_headers) if info.trace_headers else None
-        parent = trace_api.get_current_span(parent_ctx).get_span_context() if parent_ctx else None
-        if parent is not None and not parent.is_valid:
-            parent = None
-        ids = self.provider.id_generator
-        trace_id = parent.trace_id if parent else ids.generate_trace_id()
-        decision = self.provider.sampler.should_sample(
-            parent_ctx, trace_id, f"{operation} {self.model_name}", SpanKind.INTERNAL if parent else SpanKind.SERVER)
-        span_id = ids.generate_span_id() if decision.decision.is_sampled() else 0
-        return trace_id >> 64, trace_id & _MASK64, span_id, parent.span_id if parent else 0
+        trace_id, span_id, parent, sampled = new_span_identity(
+            self.provider, info.trace_headers, f"{operation} {self.model_name}",
+            SpanKind.INTERNAL if info.trace_headers else SpanKind.SERVER)
+        return trace_id >> 64, trace_id & _MASK64, span_id if sampled else 0, parent.span_id if parent else 0
 
     def emit(self, b: FinishedBatch, engine_anchor: tuple[int, int]) -> int:
         """Build and export the trees of the sampled requests in `b`; returns how many."""

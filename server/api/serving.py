@@ -26,7 +26,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from otel_llm import FinishReason, RequestInfo
 from server import ipc, protocol
 from server.api.errors import OpenAIError, bad_request
-from server.api.tracing import current_trace_headers
 from server.engine_client import EngineClient, EngineDead, Rejected
 
 _REASONS = {int(r): r.name.lower() for r in FinishReason}
@@ -164,13 +163,13 @@ class OpenAIServing:
         """`content()`: the input messages ({role, content} dicts), built only when content capture is on."""
         if self.client.dead_reason is not None:
             raise OpenAIError(503, f"the engine is not running: {self.client.dead_reason}", code="engine_dead")
-        trace_headers = current_trace_headers()
         input_messages = _semconv_messages(content()) if self.tel.capture_content else None
         rid = self.tel.arrival(RequestInfo(
             request_id=p.request_id, operation=p.operation, prompt_tokens=len(p.prompt_ids),
             max_tokens=p.max_tokens_requested, n=p.n, temperature=p.temperature, top_p=p.top_p,
             top_k=p.top_k if p.top_k > 0 else None, seed=p.seed, stream=p.stream, stop_sequences=p.stop,
-            trace_headers=trace_headers or None, arrival_ns=getattr(request.state, "arrival_ns", None),
+            trace_headers=getattr(request.state, "trace_headers", None),
+            arrival_ns=getattr(request.state, "arrival_ns", None),
             input_messages=input_messages,
         ))
         if rid == -1:

@@ -1,27 +1,34 @@
 """HTTP SERVER spans and the process's `TracerProvider`.
 
 `ServerSpanMiddleware` is a pure ASGI middleware: one SERVER span per HTTP
-request, a child of the incoming W3C `traceparent` (if any), current while the
-handler runs and open until the last body byte is sent (so a streamed response
-is inside its span). Handlers inject the current context into the telemetry
-SDK's `trace_headers`, which makes the SDK's gen_ai span a child of this one.
-Scrape and probe paths (`/metrics`, health) get no span.
+request, a child of the incoming W3C `traceparent` (if any), from the request's
+start until the last body byte is sent (so a streamed response is inside it).
+Like the SDK's gen_ai spans (`otel_llm.tracing`), it is built retroactively: the
+span's identity is decided up front and put in `scope["state"]["trace_headers"]`
+(handlers pass it to `RequestInfo.trace_headers`, which makes the gen_ai span its
+child), and the finished span goes straight to the provider's span processors:
+no live span, no context attach per request. Scrape and probe paths (`/metrics`,
+health) get no span.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import traceback
 
-from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from otel_llm.tracing import new_span_identity
 
 logger = logging.getLogger(__name__)
 
-_PROPAGATOR = TraceContextTextMapPropagator()
 _UNTRACED_PREFIXES = ("/metrics", "/health", "/v2/health", "/ping")
+_SCOPE = InstrumentationScope("otel_llm.server")
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def build_tracer_provider(service_name: str, otlp_traces_endpoint: str | None) -> TracerProvider:
@@ -47,7 +54,8 @@ def build_tracer_provider(service_name: str, otlp_traces_endpoint: str | None) -
 class ServerSpanMiddleware:
     def __init__(self, app, tracer_provider: TracerProvider):
         self.app = app
-        self.tracer = tracer_provider.get_tracer("otel_llm.server")
+        self.provider = tracer_provider
+        self._processor = tracer_provider._active_span_processor  # as otel_llm.tracing does
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"].startswith(_UNTRACED_PREFIXES):
@@ -55,37 +63,48 @@ class ServerSpanMiddleware:
             return
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
                    if k in (b"traceparent", b"tracestate")}
-        method = scope["method"]
+        method, path = scope["method"], scope["path"]
+        trace_id, span_id, parent, sampled = new_span_identity(self.provider, carrier, f"{method} {path}",
+                                                               SpanKind.SERVER)
+        headers = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"}
+        if parent is not None and parent.trace_state:
+            headers["tracestate"] = parent.trace_state.to_header()
+        scope.setdefault("state", {})["trace_headers"] = headers
+        if not sampled:
+            await self.app(scope, receive, send)
+            return
+        start = time.time_ns()
         attributes = {
             "http.request.method": method,
-            "url.path": scope["path"],
+            "url.path": path,
             "url.scheme": scope.get("scheme", "http"),
             "network.protocol.version": scope.get("http_version", "1.1"),
         }
         if scope.get("client"):
             attributes["client.address"] = scope["client"][0]
-        with self.tracer.start_as_current_span(
-            f"{method} {scope['path']}", context=_PROPAGATOR.extract(carrier), kind=SpanKind.SERVER,
-            attributes=attributes, record_exception=True, set_status_on_exception=True,
-        ) as span:
-            def send_with_status(message):  # a plain function: no extra coroutine per streamed chunk
-                if message["type"] == "http.response.start":
-                    status = message["status"]
-                    span.set_attribute("http.response.status_code", status)
-                    if status >= 500:
-                        span.set_status(Status(StatusCode.ERROR))
-                return send(message)
+        status, events = Status(StatusCode.UNSET), ()
 
+        def send_with_status(message):  # a plain function: no extra coroutine per streamed chunk
+            nonlocal status
+            if message["type"] == "http.response.start":
+                attributes["http.response.status_code"] = code = message["status"]
+                if code >= 500:
+                    status = Status(StatusCode.ERROR)
+            return send(message)
+
+        try:
             await self.app(scope, receive, send_with_status)
-            route = scope.get("route")
-            if route is not None and getattr(route, "path", None):
-                span.set_attribute("http.route", route.path)
-                span.update_name(f"{method} {route.path}")
-
-
-def current_trace_headers() -> dict[str, str]:
-    """The current span's context as W3C headers (empty when there is none)."""
-    carrier: dict[str, str] = {}
-    if trace.get_current_span().get_span_context().is_valid:
-        _PROPAGATOR.inject(carrier)
-    return carrier
+        except BaseException as exc:
+            status = Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+            events = (Event("exception", {"exception.type": type(exc).__qualname__, "exception.message": str(exc),
+                                          "exception.stacktrace": "".join(traceback.format_exception(exc)),
+                                          "exception.escaped": True}),)
+            raise
+        finally:
+            route = getattr(scope.get("route"), "path", None)
+            if route:
+                attributes["http.route"] = route
+            ctx = SpanContext(trace_id, span_id, False, _SAMPLED, parent.trace_state if parent else None)
+            self._processor.on_end(ReadableSpan(
+                f"{method} {route or path}", ctx, parent, self.provider.resource, attributes, events, (),
+                SpanKind.SERVER, None, status, start, time.time_ns(), _SCOPE))
