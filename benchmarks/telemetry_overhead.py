@@ -15,6 +15,8 @@ all in the same run (ratios are what matter on a shared, noisy machine):
   preemption for 1 request in 8, and the span tree, 100% sampled, exported
   through a BatchSpanProcessor to an in-memory exporter.
 - exposition_ms: rendering a vLLM-scale payload (every family x 8 engines).
+- otlp_encode_us_per_span: OTLP/protobuf encoding of those span trees, otel_llm's
+  direct encoder (what the server's exporter uses) vs the SDK's encoder.
 
 Usage: python benchmarks/telemetry_overhead.py [--quick]
 """
@@ -28,12 +30,14 @@ import statistics
 import time
 
 import numpy as np
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_llm import FinishReason, RequestInfo, StepRecorder, Telemetry, TelemetryConfig
 from otel_llm.exposition import Renderer
+from otel_llm.otlp_encoding import encode_spans
 from otel_llm.profiles import get_profile
 
 from _baselines import NaiveOtel, PromClientVllm, prometheus_client_exposition
@@ -70,7 +74,7 @@ def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False) -> fl
     return (time.perf_counter_ns() - t0) / tokens
 
 
-def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, int]:
+def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, tuple]:
     tp, exporter = tracer_provider()
     tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp))
     rec = StepRecorder()
@@ -96,9 +100,21 @@ def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, int]:
     tel.snapshot()
     tp.force_flush()
     elapsed = time.perf_counter_ns() - t0
-    spans = len(exporter.get_finished_spans())
+    spans = exporter.get_finished_spans()
     tp.shutdown()
     return elapsed / (rounds * concurrency) / 1000, spans
+
+
+def otlp_encode_us_per_span(spans, reps: int) -> tuple[float, float]:
+    """(otel_llm.otlp_encoding, the SDK's encode_spans + serialise): best of `reps`, us per span."""
+    def best(encode) -> float:
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            encode(spans)
+            times.append(time.perf_counter_ns() - t0)
+        return min(times) / len(spans) / 1000
+    return best(encode_spans), best(lambda s: sdk_encode_spans(s).SerializeToString())
 
 
 def otel_llm_exposition(engines: int, reps: int) -> tuple[float, int]:
@@ -141,6 +157,7 @@ def main() -> None:
     ours_tok_churn = min(otel_llm_token_path(c, steps, churn=True) for _ in range(3))
     ours_req, spans = min((otel_llm_request_path(c, rounds) for _ in range(2)), key=lambda x: x[0])
     ours_expo, lines = otel_llm_exposition(8, reps)
+    encode_ours, encode_sdk = otlp_encode_us_per_span(spans[:2048], max(reps // 5, 3))
 
     prom = PromClientVllm(c)
     prom_tok = prom.token_path(base_steps)
@@ -158,7 +175,9 @@ def main() -> None:
         "per_request_us": round(ours_req, 2),
         "exposition_ms": round(ours_expo, 3),
         "exposition_lines": lines,
-        "spans_exported": spans,
+        "spans_exported": len(spans),
+        "otlp_encode_us_per_span": {"otel_llm": round(encode_ours, 2), "sdk": round(encode_sdk, 2),
+                                    "speedup": round(encode_sdk / encode_ours, 1)},
         "spans_expected": rounds * c * 4,
         "prometheus_client": {"per_token_ns": round(prom_tok, 1), "per_request_us": round(prom_req, 2),
                               "exposition_ms": round(prom_expo, 3), "exposition_lines": prom_lines},
