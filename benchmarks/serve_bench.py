@@ -545,12 +545,16 @@ def compare_telemetry(args) -> dict:
     """Each of `--repeats` rounds starts both servers afresh (side by side; an idle one costs
     nothing) in alternating order and runs the load against each, off/on, then on/off, ...,
     so machine noise and process placement hit both modes alike. Headline ratios are
-    medians over rounds of the per-round on/off ratios."""
-    result: dict = {"on": [], "off": []}  # per round: one result per workload
+    medians over rounds of the per-round on/off ratios. `--aa-control` adds a second
+    telemetry-off server ("control") to every round: the control/off ratios are what two
+    identical servers measure here, the noise floor of the on/off ratios."""
+    modes = ("off", "on", "control") if args.aa_control else ("off", "on")
+    result: dict = {mode: [] for mode in modes}  # per round: one result per workload
     with ReceiverProcess() as rx:
         traces_url = None if args.no_traces else f"{rx.endpoint}/v1/traces"
         for r in range(args.repeats):
-            order = ("off", "on") if r % 2 == 0 else ("on", "off")
+            order = modes[r % len(modes):] + modes[:r % len(modes)]  # each mode leads in turn...
+            order = order if r % 2 == 0 else order[::-1]  # ...and comes both before and after the others
             servers = {mode: ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs,
                                            args.server_arg) for mode in order}
             try:
@@ -568,15 +572,19 @@ def compare_telemetry(args) -> dict:
     per = []
     for w, (name, _) in enumerate(workloads(args)):
         rounds = [(on[w], off[w]) for on, off in zip(result["on"], result["off"])]
-        thr = [ratio(on["output_token_throughput"], off["output_token_throughput"]) for on, off in rounds]
-        itl = [ratio(on["itl_ms"] and on["itl_ms"]["p99"], off["itl_ms"] and off["itl_ms"]["p99"]) for on, off in rounds]
+        thr, itl = _round_ratios(rounds)
         cpu = {}
         for proc in ("api", "engine"):
             off, on = (_median([run[w]["server_cpu"].get(proc, {}).get("us_per_token") for run in result[mode]])
                        for mode in ("off", "on"))
             cpu[proc] = {"off": off, "on": on, "ratio_on_vs_off": ratio(on, off)}
+        control = {}
+        if args.aa_control:
+            thr_aa, itl_aa = _round_ratios([(c[w], off[w]) for c, off in zip(result["control"], result["off"])])
+            control = {"control_throughput_ratio": _median(thr_aa), "control_p99_itl_ratio": _median(itl_aa),
+                       "control_throughput_ratio_per_round": thr_aa, "control_p99_itl_ratio_per_round": itl_aa}
         per.append({
-            "workload": name,
+            "workload": name, **control,
             "throughput_ratio_on_vs_off": _median(thr), "p99_itl_ratio_on_vs_off": _median(itl),
             "server_cpu_us_per_token": cpu,
             "throughput_ratio_per_round": thr, "p99_itl_ratio_per_round": itl,
@@ -587,8 +595,18 @@ def compare_telemetry(args) -> dict:
     result["throughput_ratio_on_vs_off"] = per[0]["throughput_ratio_on_vs_off"]
     result["p99_itl_ratio_on_vs_off"] = per[0]["p99_itl_ratio_on_vs_off"]
     result["server_cpu_us_per_token"] = per[0]["server_cpu_us_per_token"]
+    if args.aa_control:
+        result["control_throughput_ratio"] = per[0]["control_throughput_ratio"]
+        result["control_p99_itl_ratio"] = per[0]["control_p99_itl_ratio"]
     result["fidelity"] = result["on"][-1][0]["fidelity"]
     return result
+
+
+def _round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[list, list]:
+    """Per round (a, b) load results: a/b output-token throughputs, a/b p99 ITLs."""
+    p99 = lambda load: load["itl_ms"] and load["itl_ms"]["p99"]  # noqa: E731
+    return ([ratio(a["output_token_throughput"], b["output_token_throughput"]) for a, b in pairs],
+            [ratio(p99(a), p99(b)) for a, b in pairs])
 
 
 def _median(values: list) -> float | None:
@@ -628,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-traces", action="store_true",
                    help="--compare-telemetry with metrics only on the telemetry-on server (separates their costs)")
     p.add_argument("--repeats", type=int, default=3, help="--compare-telemetry rounds (alternating off/on order)")
+    p.add_argument("--aa-control", action="store_true",
+                   help="--compare-telemetry with a second telemetry-off server each round: the noise floor")
     p.add_argument("--span-wait", type=float, default=12.0, help="max seconds to wait for spans to arrive")
     p.add_argument("--quick", action="store_true",
                    help="dummy model, 128 requests, max_tokens 64, rate inf, concurrency 64, ignore_eos")
