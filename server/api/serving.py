@@ -244,20 +244,21 @@ class OpenAIServing:
             async for batch in batches:
                 per_seq: dict[int, list] = {}
                 for o in batch:
-                    entry = per_seq.setdefault(o.seq_index, [[], None])
+                    entry = per_seq.setdefault(o.seq_index, [[], None, 0])
                     entry[0].append(o.text)
+                    entry[2] += len(o.token_ids)
                     n_out += len(o.token_ids)
                     n_cached = o.num_cached_tokens
                     if o.finished:
                         entry[1] = _REASONS.get(o.finish_reason)
                 parts = []
-                for i, (pieces, reason) in per_seq.items():
+                for i, (pieces, reason, tokens) in per_seq.items():
                     text = "".join(pieces)
-                    if not text and reason is None:
-                        continue
+                    if not (text or tokens or reason):  # like vLLM: a chunk per step with new tokens, even
+                        continue  # when they do not complete a character yet (text ""), so TTFT is visible
                     if chat:
                         chunk = protocol.chat_chunk(p.request_id, created, model, i,
-                                                    {"content": text} if text else {}, reason, with_usage)
+                                                    {"content": text} if text or tokens else {}, reason, with_usage)
                     else:
                         chunk = protocol.completion_chunk(p.request_id, created, model, i, text, reason, with_usage)
                     parts.append(_sse(chunk))
