@@ -15,25 +15,35 @@ from the usage chunk (``stream_options.include_usage``). Reported: mean/p50/p90/
 each, request throughput, output token throughput, wall time.
 
 Server: ``--url`` for a running one, or ``--start-server`` to launch
-``python -m server serve --model dummy`` on a free port. ``--compare-telemetry`` starts two
-servers side by side (afresh every round), one with telemetry fully on (metrics + OTLP traces to a local
-OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on) and one fully off
-(--disable-log-stats, no tracing), runs the same load against each ``--repeats`` times in
-alternating order, and reports the median on/off ratios plus spans received.
+``python -m server serve --model dummy`` on a free port (telemetry fully on: metrics + OTLP
+traces to a local OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on).
+
+``--compare-telemetry`` (at saturation: ``--rates inf``): every one of ``--repeats`` rounds
+starts a server with telemetry fully on, one fully off (--disable-log-stats, no tracing) and,
+with ``--aa-control``, a second one fully off, and runs the same load against all of them
+*time-sliced*: one server and its load client (a process of its own) run for ``--slice``
+seconds while the others are stopped with SIGSTOP, in turn, until every load is done. A
+shared 2-vCPU VM changes speed by +-20% from one second to the next (measured: the engine
+alone), so loads run one after the other compare different machines; slices of 0.2 s make
+that noise hit every server alike. Client stamps are mapped to their server's running time,
+so throughput and latencies are those of a server that had the machine to itself. The OTLP
+receiver runs only in the telemetry-on server's slices (its CPU is charged to telemetry).
+Reported: median over rounds of the on/off throughput and p99 ITL ratios, and of the
+control/off ratios (what two identical servers measure: the resolution of the method).
 
 Server CPU (servers this script started): user + system CPU seconds of the API and engine
 processes during each measured load, per generated token: which process telemetry costs
-CPU in. On a shared machine it moves between rounds too (less than wall-clock ratios).
+CPU in.
 
-Fidelity (telemetry-on run, or any run whose server exposes vllm: metrics): /metrics is
-scraped before and after the load; request / generation-token / prompt-token deltas are
+Fidelity (``--start-server`` or ``--url`` runs whose server exposes vllm: metrics): /metrics
+is scraped before and after the load; request / generation-token / prompt-token deltas are
 compared exactly with the client's counts, server mean TTFT and E2E with the client's
-(``within_tolerance``: |diff| <= max(5% of client mean, 2 ms)). The server measures from
-arrival in its API process, so its numbers are expected to be slightly smaller.
+(``within_tolerance``: |diff| <= max(5% of client mean, 2 ms)). ``--compare-telemetry``
+checks the counts only (a stopped server's clock runs on).
 
 Progress goes to stderr; one JSON object goes to stdout (and to ``--out`` if given).
 
-    python benchmarks/serve_bench.py --start-server --compare-telemetry --quick
+    python benchmarks/serve_bench.py --compare-telemetry --aa-control --num-requests 384 --ignore-eos --repeats 8
 """
 
 from __future__ import annotations
@@ -76,14 +86,16 @@ class Req:
 
 @dataclass
 class Result:
+    """One request as the client saw it: perf_counter stamps (CLOCK_MONOTONIC, comparable
+    across processes) of the send, of every token chunk, and of the end of the stream."""
+
     ok: bool = False
     error: str | None = None
-    ttft: float | None = None
-    e2e: float | None = None
-    itls: list[float] = field(default_factory=list)
+    t_send: float = 0.0
+    times: list[float] = field(default_factory=list)
+    t_end: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    chunks: int = 0
 
 
 def make_prompt(n: int, seed: int) -> str:
@@ -202,41 +214,36 @@ async def one_request(client: StreamClient, model: str, req: Req, ignore_eos: bo
     if ignore_eos:
         body["ignore_eos"] = True
     async with sem:
-        t_send = time.perf_counter()
-        last = None
+        res.t_send = time.perf_counter()
         try:
             async for now, chunk in client.post_sse("/v1/completions", body):
                 if chunk.get("error"):
                     res.error = str(chunk["error"])[:200]
                     return res
                 if chunk.get("choices"):  # like vLLM's benchmark: a token chunk, even with text "" (the
-                    res.chunks += 1  # token does not complete a character yet); the usage chunk has none
-                    if last is None:
-                        res.ttft = now - t_send
-                    else:
-                        res.itls.append(now - last)
-                    last = now
+                    res.times.append(now)  # token does not complete a character yet); the usage chunk has none
                 usage = chunk.get("usage")
                 if usage:
                     res.prompt_tokens = int(usage.get("prompt_tokens") or 0)
                     res.completion_tokens = int(usage.get("completion_tokens") or 0)
-            res.e2e = time.perf_counter() - t_send
+            res.t_end = time.perf_counter()
             res.ok = True
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             res.error = f"{type(exc).__name__}: {exc}"[:200]
     return res
 
 
-def stats(values: list[float], scale: float = 1000.0) -> dict | None:
-    if not values:
-        return None
+def stats(values, scale: float = 1000.0) -> dict | None:
     a = np.asarray(values, dtype=float) * scale
+    if not a.size:
+        return None
     return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
             "p99": float(np.percentile(a, 99)), "n": int(a.size)}
 
 
-async def run_load(client: StreamClient, model: str, reqs: list[Req], concurrency: int,
-                   ignore_eos: bool, label: str) -> dict:
+async def run_requests(client: StreamClient, model: str, reqs: list[Req], concurrency: int,
+                       ignore_eos: bool, label: str) -> tuple[list[Result], float, float]:
+    """Runs the workload; (results, start, end) on the perf_counter clock."""
     sem = asyncio.Semaphore(concurrency)
     start = time.perf_counter()
     done = 0
@@ -253,14 +260,30 @@ async def run_load(client: StreamClient, model: str, reqs: list[Req], concurrenc
         return out
 
     results = await asyncio.gather(*(launch(r) for r in reqs))
-    wall = time.perf_counter() - start
-    ok = [r for r in results if r.ok]
-    errors = [r.error for r in results if not r.ok]
+    return results, start, time.perf_counter()
+
+
+def summarize(results: list[Result], start: float, end: float, clock=None) -> dict:
+    """Client-side figures of one load. `clock` maps perf_counter stamps to the time the
+    server was running (see `time_sliced`); identity by default."""
+    clock = clock or np.asarray
+    ok = [r for r in results if r.ok and r.times]
+    errors = [r.error or "no token chunk" for r in results if not (r.ok and r.times)]
+    t0, t1 = clock([start, end])
+    wall = float(t1 - t0)
     out_tokens = sum(r.completion_tokens for r in ok)
-    tpots = [(r.e2e - r.ttft) / (r.completion_tokens - 1) for r in ok
-             if r.ttft is not None and r.completion_tokens > 1]
+    ttft, itl, e2e, tpot = [], [], [], []
+    for r in ok:
+        send, end_r = clock([r.t_send, r.t_end])
+        times = clock(r.times)
+        ttft.append(times[0] - send)
+        itl.append(np.diff(times))
+        e2e.append(end_r - send)
+        if r.completion_tokens > 1:
+            tpot.append((end_r - times[0]) / (r.completion_tokens - 1))
+    chunks = sum(len(r.times) for r in ok)
     return {
-        "requests": len(reqs),
+        "requests": len(results),
         "completed": len(ok),
         "failed": len(errors),
         "errors": errors[:5],
@@ -269,13 +292,18 @@ async def run_load(client: StreamClient, model: str, reqs: list[Req], concurrenc
         "output_token_throughput": out_tokens / wall if wall > 0 else None,
         "total_prompt_tokens": sum(r.prompt_tokens for r in ok),
         "total_completion_tokens": out_tokens,
-        "chunks": sum(r.chunks for r in ok),
-        "mean_tokens_per_chunk": out_tokens / max(1, sum(r.chunks for r in ok)),
-        "ttft_ms": stats([r.ttft for r in ok if r.ttft is not None]),
-        "itl_ms": stats([x for r in ok for x in r.itls]),
-        "tpot_ms": stats(tpots),
-        "e2e_ms": stats([r.e2e for r in ok]),
+        "chunks": chunks,
+        "mean_tokens_per_chunk": out_tokens / max(1, chunks),
+        "ttft_ms": stats(ttft),
+        "itl_ms": stats(np.concatenate(itl) if itl else []),
+        "tpot_ms": stats(tpot),
+        "e2e_ms": stats(e2e),
     }
+
+
+async def run_load(client: StreamClient, model: str, reqs: list[Req], concurrency: int,
+                   ignore_eos: bool, label: str) -> dict:
+    return summarize(*await run_requests(client, model, reqs, concurrency, ignore_eos, label))
 
 
 # --------------------------------------------------------------------------- metrics
@@ -286,11 +314,26 @@ SCRAPE_KEYS = ("vllm:request_success_total", "vllm:generation_tokens_total", "vl
 
 
 async def scrape(client: httpx.AsyncClient, url: str) -> dict | None:
-    from prometheus_client.parser import text_string_to_metric_families
     try:
         resp = await client.get(f"{url}/metrics", timeout=30.0)
     except httpx.HTTPError:
         return None
+    return _scraped_sums(resp)
+
+
+def scrape_sync(client: httpx.Client, url: str) -> dict | None:
+    try:
+        resp = client.get(f"{url}/metrics", timeout=30.0)
+    except httpx.HTTPError:
+        return None
+    return _scraped_sums(resp)
+
+
+def _scraped_sums(resp: httpx.Response) -> dict | None:
+    """The SCRAPE_KEYS samples of a /metrics response, summed over label sets; None when
+    the server exposes no vLLM metrics (telemetry off)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     if resp.status_code != 200:
         return None
     sums: dict[str, float] = {}
@@ -516,6 +559,7 @@ class ReceiverProcess:
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_receiver_main, args=(child,), daemon=True)
         self._proc.start()
+        self.pid = self._proc.pid
         self.endpoint = self._conn.recv()
         return self
 
@@ -546,72 +590,183 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
+def _client_main(conn, url: str, model: str, warm: list[Req], reqs: list[Req], concurrency: int,
+                 ignore_eos: bool, label: str) -> None:
+    """A load client in its own process, so that it can be paused with its server: warm-up
+    (opens the pooled connections), "ready", wait for "go", run the load, send back
+    (results, start, end)."""
+    try:
+        from uvloop import run
+    except ImportError:
+        run = asyncio.run
+
+    async def main():
+        client = StreamClient(url)
+        await run_requests(client, model, warm, concurrency, ignore_eos, f"{label} warmup")
+        conn.send("ready")
+        conn.recv()
+        out = await run_requests(client, model, reqs, concurrency, ignore_eos, label)
+        await client.aclose()
+        return out
+
+    results, start, end = run(main())
+    conn.send(([vars(r) for r in results], start, end))  # plain dicts: Result is this script's class
+
+
+def running_clock(windows: list[tuple[float, float]]):
+    """Maps perf_counter stamps to running time: the length of the `windows` (sorted,
+    disjoint (start, end) slices in which a process ran) before each stamp."""
+    starts = np.array([w[0] for w in windows])
+    lengths = np.array([w[1] - w[0] for w in windows])
+    before = np.concatenate(([0.0], np.cumsum(lengths)))
+
+    def clock(stamps) -> np.ndarray:
+        t = np.asarray(stamps, dtype=float)
+        i = np.clip(np.searchsorted(starts, t, side="right") - 1, 0, None)
+        return before[i] + np.clip(t - starts[i], 0.0, lengths[i])
+
+    return clock
+
+
+class _Group:
+    """The processes that run together in one time slice: a server's process group (API
+    process and engine), its load client and, for the telemetry-on server, the receiver."""
+
+    def __init__(self, pgids: list[int], pids: list[int]):
+        self.pgids, self.pids = pgids, pids
+
+    def signal(self, sig: int) -> None:
+        for pgid in self.pgids:
+            os.killpg(pgid, sig)
+        for pid in self.pids:
+            os.kill(pid, sig)
+
+
+def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: int | None) -> dict[str, dict]:
+    """Runs the same load against every server at once, time-sliced: one server (with its
+    client) runs for `--slice` seconds while the others are stopped (SIGSTOP), in turn,
+    until every load is done. On a shared VM the machine's speed moves by +-20% from one
+    second to the next; slicing makes that noise hit every server alike. Client stamps are
+    mapped to their server's running time (`running_clock`), so throughput, TTFT, ITL and
+    e2e are those of a server that ran alone. Per server: the load summary, its CPU use per
+    token, and (for servers with metrics) whether /metrics counted exactly what the client got."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    model = get_model(next(iter(servers.values())).url, args.model_name)
+    warm = [Req(0.0, make_prompt(args.prompt_len, 10_000 + i), args.max_tokens) for i in range(args.concurrency)]
+    conns, procs, groups = {}, {}, {}
+    for mode, srv in servers.items():
+        conns[mode], child = ctx.Pipe()
+        procs[mode] = ctx.Process(target=_client_main, daemon=True, args=(
+            child, srv.url, model, warm, reqs, args.concurrency, args.ignore_eos, f"{label} {mode}"))
+        procs[mode].start()
+    for mode, srv in servers.items():
+        if conns[mode].recv() != "ready":
+            raise RuntimeError(f"the {mode} client did not start")
+        extra = [receiver_pid] if mode == "on" and receiver_pid else []
+        groups[mode] = _Group([srv.proc.pid], [procs[mode].pid, *extra])
+    with httpx.Client(timeout=30.0) as http:
+        before = {m: scrape_sync(http, srv.url) for m, srv in servers.items()}
+    cpu_before = {m: cpu_seconds(srv.pids) for m, srv in servers.items()}
+    windows: dict[str, list] = {m: [] for m in servers}
+    outcome: dict[str, tuple] = {}
+    try:
+        for group in groups.values():
+            group.signal(signal.SIGSTOP)
+        for conn in conns.values():
+            conn.send("go")  # read by each client when it first runs
+        while len(outcome) < len(servers):
+            for mode, group in groups.items():
+                if mode in outcome:
+                    continue
+                t0 = time.perf_counter()
+                group.signal(signal.SIGCONT)
+                if conns[mode].poll(args.slice):
+                    outcome[mode] = conns[mode].recv()
+                group.signal(signal.SIGSTOP)
+                windows[mode].append((t0, time.perf_counter()))
+    finally:
+        for group in groups.values():
+            group.signal(signal.SIGCONT)
+    out = {}
+    with httpx.Client(timeout=30.0) as http:
+        for mode, srv in servers.items():
+            results, start, end = outcome[mode]
+            load = summarize([Result(**r) for r in results], start, end, running_clock(windows[mode]))
+            load["server_cpu"] = cpu_per_token(cpu_before[mode], cpu_seconds(srv.pids), load["total_completion_tokens"])
+            load["slices"] = len(windows[mode])
+            fid = fidelity(before[mode], scrape_sync(http, srv.url), load, None, None)
+            load["counts"] = fid and {k: fid[k] for k in ("requests", "generation_tokens", "prompt_tokens")}
+            log(f"{label} {mode}: {load['completed']}/{load['requests']} ok, "
+                f"{load['output_token_throughput']:.0f} tok/s over {load['wall_s']:.2f} s of running time")
+            out[mode] = load
+    for proc in procs.values():
+        proc.join(timeout=10)
+    return out
+
+
 def compare_telemetry(args) -> dict:
-    """Each of `--repeats` rounds starts both servers afresh (side by side; an idle one costs
-    nothing) in alternating order and runs the load against each, off/on, then on/off, ...,
-    so machine noise and process placement hit both modes alike. Headline ratios are
-    medians over rounds of the per-round on/off ratios. `--aa-control` adds a second
-    telemetry-off server ("control") to every round: the control/off ratios are what two
-    identical servers measure here, the noise floor of the on/off ratios."""
+    """`--repeats` rounds; each starts the servers afresh (telemetry off, on, and with
+    `--aa-control` a second off server, "control") and runs the saturation load against all
+    of them time-sliced (`time_sliced`). Headline ratios are medians over rounds of the
+    per-round on/off ratios; the control/off ratios are what two identical servers measure
+    here, the resolution of the method."""
     modes = ("off", "on", "control") if args.aa_control else ("off", "on")
-    result: dict = {mode: [] for mode in modes}  # per round: one result per workload
+    name, reqs = workloads(args)[0]
+    rounds = []
     with ReceiverProcess() as rx:
         traces_url = None if args.no_traces else f"{rx.endpoint}/v1/traces"
         for r in range(args.repeats):
-            order = modes[r % len(modes):] + modes[:r % len(modes)]  # each mode leads in turn...
-            order = order if r % 2 == 0 else order[::-1]  # ...and comes both before and after the others
+            order = modes[r % len(modes):] + modes[:r % len(modes)]  # each mode leads the slices in turn
             servers = {mode: ManagedServer(args.server_model, mode == "on", traces_url, args.max_num_seqs,
                                            args.server_arg) for mode in order}
             try:
                 for srv in servers.values():
                     srv.wait_ready()
-                for mode in order:
-                    result[mode].append(bench_against(servers[mode].url, args, f"telemetry-{mode} round {r + 1}",
-                                                      want_fidelity=(mode == "on"), pids=servers[mode].pids))
+                rounds.append(time_sliced(servers, reqs, args, f"round {r + 1}", rx.pid))
             finally:
                 for srv in servers.values():
                     srv.stop()
-        result["spans_received_before_shutdown"] = wait_spans(rx, args.span_wait)
-        result["spans_received"] = wait_spans(rx, 3.0, settle_s=0.5)
-        _, result["span_names"], result["spans_dropped_by_sink"] = rx.stats()
-    per = []
-    for w, (name, _) in enumerate(workloads(args)):
-        rounds = [(on[w], off[w]) for on, off in zip(result["on"], result["off"])]
-        thr, itl = _round_ratios(rounds)
-        cpu = {}
-        for proc in ("api", "engine"):
-            off, on = (_median([run[w]["server_cpu"].get(proc, {}).get("us_per_token") for run in result[mode]])
-                       for mode in ("off", "on"))
-            cpu[proc] = {"off": off, "on": on, "ratio_on_vs_off": ratio(on, off)}
-        control = {}
-        if args.aa_control:
-            thr_aa, itl_aa = _round_ratios([(c[w], off[w]) for c, off in zip(result["control"], result["off"])])
-            control = {"control_throughput_ratio": _median(thr_aa), "control_p99_itl_ratio": _median(itl_aa),
-                       "control_throughput_ratio_per_round": thr_aa, "control_p99_itl_ratio_per_round": itl_aa}
-        per.append({
-            "workload": name, **control,
-            "throughput_ratio_on_vs_off": _median(thr), "p99_itl_ratio_on_vs_off": _median(itl),
-            "server_cpu_us_per_token": cpu,
-            "throughput_ratio_per_round": thr, "p99_itl_ratio_per_round": itl,
-            "fidelity_per_round": [on["fidelity"] for on, _ in rounds],
-        })
-    result["per_workload_ratios"] = per
-    # Headline numbers: the first workload (the only one unless several --rates were given).
-    result["throughput_ratio_on_vs_off"] = per[0]["throughput_ratio_on_vs_off"]
-    result["p99_itl_ratio_on_vs_off"] = per[0]["p99_itl_ratio_on_vs_off"]
-    result["server_cpu_us_per_token"] = per[0]["server_cpu_us_per_token"]
-    if args.aa_control:
-        result["control_throughput_ratio"] = per[0]["control_throughput_ratio"]
-        result["control_p99_itl_ratio"] = per[0]["control_p99_itl_ratio"]
-    result["fidelity"] = result["on"][-1][0]["fidelity"]
+        spans_before_shutdown = wait_spans(rx, args.span_wait)
+        spans, span_names, _ = rx.stats()
+    p99 = lambda load: load["itl_ms"] and load["itl_ms"]["p99"]  # noqa: E731
+    result: dict = {"workload": name, "method": "time_sliced", "slice_s": args.slice}
+    for other, prefix, suffix in (("on", "", "_on_vs_off"), ("control", "control_", "")):
+        if other in modes:
+            thr = [ratio(rd[other]["output_token_throughput"], rd["off"]["output_token_throughput"]) for rd in rounds]
+            itl = [ratio(p99(rd[other]), p99(rd["off"])) for rd in rounds]
+            result[f"{prefix}throughput_ratio{suffix}"] = _median(thr)
+            result[f"{prefix}p99_itl_ratio{suffix}"] = _median(itl)
+            result[f"{prefix}throughput_ratio_ci90"] = _median_ci90(thr)
+            result[f"{prefix}p99_itl_ratio_ci90"] = _median_ci90(itl)
+            result[f"{prefix}throughput_ratio_per_round"] = [round(x, 4) for x in thr]
+            result[f"{prefix}p99_itl_ratio_per_round"] = [round(x, 4) for x in itl]
+    result["tok_s_per_round"] = {m: [round(rd[m]["output_token_throughput"]) for rd in rounds] for m in modes}
+    result["p99_itl_ms_per_round"] = {m: [round(p99(rd[m]), 3) for rd in rounds] for m in modes}
+    cpu = {}
+    for proc in ("api", "engine"):
+        per_mode = {m: _median([rd[m]["server_cpu"].get(proc, {}).get("us_per_token") for rd in rounds])
+                    for m in modes}
+        cpu[proc] = {**per_mode, "ratio_on_vs_off": ratio(per_mode["on"], per_mode["off"])}
+    result["server_cpu_us_per_token"] = cpu
+    result["counts_exact_every_round"] = all(
+        c["exact"] for rd in rounds for c in (rd["on"]["counts"] or {"x": {"exact": False}}).values())
+    result["failed_requests"] = sum(rd[m]["failed"] for rd in rounds for m in modes)
+    result["spans_received"] = spans
+    result["spans_received_before_shutdown"] = spans_before_shutdown
+    result["span_names"] = span_names
+    result["rounds"] = rounds
     return result
 
 
-def _round_ratios(pairs: list[tuple[dict, dict]]) -> tuple[list, list]:
-    """Per round (a, b) load results: a/b output-token throughputs, a/b p99 ITLs."""
-    p99 = lambda load: load["itl_ms"] and load["itl_ms"]["p99"]  # noqa: E731
-    return ([ratio(a["output_token_throughput"], b["output_token_throughput"]) for a, b in pairs],
-            [ratio(p99(a), p99(b)) for a, b in pairs])
+def _median_ci90(values: list) -> list[float] | None:
+    """A 90% bootstrap interval of the median of per-round ratios (rounds resampled)."""
+    values = np.array([v for v in values if v is not None])
+    if values.size < 2:
+        return None
+    medians = np.median(np.random.default_rng(0).choice(values, (10_000, values.size)), axis=1)
+    return [round(float(x), 4) for x in np.percentile(medians, [5, 95])]
 
 
 def _median(values: list) -> float | None:
@@ -650,9 +805,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-traces", action="store_true",
                    help="--compare-telemetry with metrics only on the telemetry-on server (separates their costs)")
-    p.add_argument("--repeats", type=int, default=3, help="--compare-telemetry rounds (alternating off/on order)")
+    p.add_argument("--repeats", type=int, default=3, help="--compare-telemetry rounds (fresh servers each, time-sliced)")
     p.add_argument("--aa-control", action="store_true",
                    help="--compare-telemetry with a second telemetry-off server each round: the noise floor")
+    p.add_argument("--slice", type=float, default=0.2,
+                   help="--compare-telemetry: seconds each server runs before the next one's turn")
     p.add_argument("--span-wait", type=float, default=12.0, help="max seconds to wait for spans to arrive")
     p.add_argument("--quick", action="store_true",
                    help="dummy model, 128 requests, max_tokens 64, rate inf, concurrency 64, ignore_eos")
@@ -669,6 +826,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.url:
             raise SystemExit("serve_bench: error: --compare-telemetry needs --start-server (it restarts the server)")
         args.start_server = True
+    if args.compare_telemetry and (args.trace or any(not math.isinf(r) for r in args.rates)):
+        raise SystemExit("serve_bench: error: --compare-telemetry measures at saturation (--rates inf, no --trace): "
+                         "time slicing would compress arrival gaps")
+    if not args.slice > 0:
+        raise SystemExit(f"serve_bench: error: --slice must be > 0, got {args.slice}")
     if not args.url and not args.start_server:
         args.url = "http://127.0.0.1:8000"
     config = {k: (v if not isinstance(v, list) else [str(x) for x in v]) for k, v in vars(args).items()}
