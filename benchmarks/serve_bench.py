@@ -632,12 +632,11 @@ class _Group:
     """The processes that run together in one time slice: a server's process group (API
     process and engine), its load client and, for the telemetry-on server, the receiver."""
 
-    def __init__(self, pgids: list[int], pids: list[int]):
-        self.pgids, self.pids = pgids, pids
+    def __init__(self, pgid: int, pids: list[int]):
+        self.pgid, self.pids = pgid, pids
 
     def signal(self, sig: int) -> None:
-        for pgid in self.pgids:
-            os.killpg(pgid, sig)
+        os.killpg(self.pgid, sig)
         for pid in self.pids:
             os.kill(pid, sig)
 
@@ -665,7 +664,7 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
         if conns[mode].recv() != "ready":
             raise RuntimeError(f"the {mode} client did not start")
         extra = [receiver_pid] if mode == "on" and receiver_pid else []
-        groups[mode] = _Group([srv.proc.pid], [procs[mode].pid, *extra])
+        groups[mode] = _Group(srv.proc.pid, [procs[mode].pid, *extra])
     with httpx.Client(timeout=30.0) as http:
         before = {m: scrape_sync(http, srv.url) for m, srv in servers.items()}
     cpu_before = {m: cpu_seconds(srv.pids) for m, srv in servers.items()}
@@ -676,7 +675,11 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
             group.signal(signal.SIGSTOP)
         for conn in conns.values():
             conn.send("go")  # read by each client when it first runs
+        deadline = time.monotonic() + args.load_timeout * len(servers)
         while len(outcome) < len(servers):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{label}: the loads of {sorted(set(servers) - set(outcome))} did not finish "
+                                   f"within --load-timeout {args.load_timeout} s of running time each")
             for mode, group in groups.items():
                 if mode in outcome:
                     continue
@@ -810,6 +813,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--compare-telemetry with a second telemetry-off server each round: the noise floor")
     p.add_argument("--slice", type=float, default=0.2,
                    help="--compare-telemetry: seconds each server runs before the next one's turn")
+    p.add_argument("--load-timeout", type=float, default=600.0,
+                   help="--compare-telemetry: seconds of running time a server's load may take before the run fails")
     p.add_argument("--span-wait", type=float, default=12.0, help="max seconds to wait for spans to arrive")
     p.add_argument("--quick", action="store_true",
                    help="dummy model, 128 requests, max_tokens 64, rate inf, concurrency 64, ignore_eos")

