@@ -14,6 +14,9 @@ all in the same run (ratios are what matter on a shared, noisy machine):
   inference, TPOT, token histograms, params, preemptions, success counter), a
   preemption for 1 request in 8, and the span tree, 100% sampled, exported
   through a BatchSpanProcessor to an in-memory exporter.
+- per_request_us_staggered: the same request-level work when requests finish one per
+  step (64 in flight; each step all output a token, one finishes, one arrives), that
+  step's token work included: what a serving engine's steady closed loop costs.
 - exposition_ms: rendering a vLLM-scale payload (every family x 8 engines).
 - otlp_encode_us_per_span: OTLP/protobuf encoding of those span trees, otel_llm's
   direct encoder (what the server's exporter uses) vs the SDK's encoder.
@@ -105,6 +108,36 @@ def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, tuple]:
     return elapsed / (rounds * concurrency) / 1000, spans
 
 
+def otel_llm_staggered_path(concurrency: int, requests: int) -> float:
+    """A steady closed loop: every step all `concurrency` requests output a token, one of
+    them finishes and a new one arrives (QUEUED and SCHEDULED), spans 100% sampled. Returns
+    us per finished request, that step's token work included: the request-level cost when
+    finishes come one per step, as in a serving engine, not in batches."""
+    tp, _ = tracer_provider()
+    tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp))
+    rec = StepRecorder()
+
+    def arrive(i: int) -> int:
+        h = tel.arrival(RequestInfo(f"r{i}", 128, "text_completion", max_tokens=128, temperature=0.0))
+        rec.queued(h)
+        rec.scheduled(h)
+        return h
+
+    live = np.array([arrive(i) for i in range(concurrency)])
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    for i in range(requests):
+        rec.outputs(live, 1)
+        rec.finished(int(live[i % concurrency]), FinishReason.LENGTH)
+        live[i % concurrency] = arrive(concurrency + i)
+        tel.ingest(rec.end_step_bytes(128))
+    tel.snapshot()
+    tp.force_flush()
+    elapsed = time.perf_counter_ns() - t0
+    tp.shutdown()
+    return elapsed / requests / 1000
+
+
 def otlp_encode_us_per_span(spans, reps: int) -> tuple[float, float]:
     """(otel_llm.otlp_encoding, the SDK's encode_spans + serialise): best of `reps`, us per span."""
     def best(encode) -> float:
@@ -156,6 +189,7 @@ def main() -> None:
     ours_tok = min(otel_llm_token_path(c, steps) for _ in range(3))
     ours_tok_churn = min(otel_llm_token_path(c, steps, churn=True) for _ in range(3))
     ours_req, spans = min((otel_llm_request_path(c, rounds) for _ in range(2)), key=lambda x: x[0])
+    ours_staggered = min(otel_llm_staggered_path(64, rounds * 250) for _ in range(2))
     ours_expo, lines = otel_llm_exposition(8, reps)
     encode_ours, encode_sdk = otlp_encode_us_per_span(spans[:2048], max(reps // 5, 3))
 
@@ -173,6 +207,7 @@ def main() -> None:
         "per_token_ns": round(ours_tok, 1),
         "per_token_ns_churn": round(ours_tok_churn, 1),
         "per_request_us": round(ours_req, 2),
+        "per_request_us_staggered": round(ours_staggered, 2),
         "exposition_ms": round(ours_expo, 3),
         "exposition_lines": lines,
         "spans_exported": len(spans),

@@ -81,11 +81,13 @@ class Telemetry:
             self._internal_error("arrival")
             return -1
 
-    def ingest(self, step: bytes | memoryview | StepRecord | None) -> None:
-        """Apply one engine step (bytes from `StepRecorder.end_step_bytes`, or a StepRecord)."""
+    def ingest(self, step: bytes | memoryview | StepRecord | None, received_ns: int | None = None) -> None:
+        """Apply one engine step (bytes from `StepRecorder.end_step_bytes`, or a StepRecord).
+        `received_ns`: when the frontend handled the step's output (its monotonic ns clock; it
+        ends TTFT and e2e), if that was earlier than this call; default now."""
         if not self.enabled or step is None:
             return
-        now = self._clock()
+        now = self._clock() if received_ns is None else received_ns
         if type(step) is bytes:  # the steady decode step skips decoding (see RequestTable.apply_steady)
             head = outputs_only_header(step)
             if head is not None and head[1:3] == self._engine_anchor:

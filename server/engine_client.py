@@ -22,6 +22,7 @@ import asyncio
 import logging
 import multiprocessing as mp
 import threading
+import time
 from dataclasses import dataclass, replace
 
 from server import ipc
@@ -209,11 +210,11 @@ class EngineClient:
     def _on_event(self, event) -> None:
         if isinstance(event, ipc.Step):
             # Tokens before telemetry, and first and last tokens before the others: the
-            # streams of those outputs are woken first, the step's telemetry is ingested
-            # next (call_soon keeps that order), the other streams after. So the frontend's
-            # receive time, which ends TTFT and e2e, is taken once the first/last tokens of
-            # this step were handed to their connections, and span building at finishes
-            # never delays them.
+            # streams of those outputs are woken first, then the step's receive time is
+            # stamped (call_soon keeps that order), then the other streams run, and the
+            # step's telemetry is ingested last. So the receive time, which ends TTFT and
+            # e2e, is taken once the first/last tokens of this step were handed to their
+            # connections, and ingest (span building at finishes) delays no token of the step.
             streams, fresh, later = self._streams, self._fresh, []
             for out in event.outputs:
                 queue = streams.get(out.rid)
@@ -227,14 +228,20 @@ class EngineClient:
             if event.telemetry is not None:
                 if self._texts is not None:  # before the streams run: they drop finished requests' texts
                     self._capture(event.outputs)
-                self._loop.call_soon(self._tel.ingest, event.telemetry)
+                received: list[int] = []
+                self._loop.call_soon(_stamp, received)
             for queue, out in later:
                 queue.put_nowait(out)
+            if event.telemetry is not None:
+                self._loop.call_soon(self._ingest, event.telemetry, received)
         elif isinstance(event, ipc.Reject):
             queue = self._drop(event.rid)
             self._loop.call_soon(self._fail, event.rid)  # after any telemetry already queued
             if queue is not None:
                 queue.put_nowait(Rejected(event.message))
+
+    def _ingest(self, telemetry: bytes, received: list[int]) -> None:
+        self._tel.ingest(telemetry, received[0])
 
     def _capture(self, outputs) -> None:
         """Content capture (opt-in): accumulate each request's text per sequence and hand it
@@ -260,3 +267,9 @@ class EngineClient:
         for rid, queue in streams.items():
             self._loop.call_soon(self._fail, rid)  # after any telemetry already queued
             queue.put_nowait(EngineDead(reason))
+
+
+def _stamp(into: list[int]) -> None:
+    """The step's receive time on the frontend's monotonic clock (Telemetry's default clock,
+    the clock of `RequestInfo.arrival_ns`)."""
+    into.append(time.monotonic_ns())

@@ -140,3 +140,23 @@ def test_slots_are_reused_and_table_grows(h):
     h.rec.finished(handles[0], FinishReason.STOP)  # stale handle: dropped, counted
     h.step(S, S)
     assert h.tel.table.dropped["unknown_request"] == 1
+
+
+def test_received_ns_ends_ttft_and_e2e_instead_of_the_ingest_time(h):
+    """A frontend that stamps a step when its tokens went out and ingests it later passes
+    the stamp: TTFT and e2e end there, not when ingest runs."""
+    h.fclock.t = 1 * S
+    rid = h.tel.arrival(RequestInfo("r1", prompt_tokens=3, operation="chat"))
+    h.at(50 * S).queued(rid)
+    h.at(50 * S).scheduled(rid)
+    h.at(50 * S + 10 * MS).outputs([rid], 1)
+    data = h.rec.end_step_bytes(3)
+    h.fclock.t = 1 * S + 30 * MS  # ingest runs 30 ms after arrival...
+    h.tel.ingest(data, received_ns=1 * S + 12 * MS)  # ...the step's output was handled at 12 ms
+    h.at(50 * S + 15 * MS).outputs([rid], 1)
+    h.rec.finished(rid, FinishReason.STOP)
+    data = h.rec.end_step_bytes()
+    h.fclock.t = 1 * S + 40 * MS
+    h.tel.ingest(data, received_ns=1 * S + 17 * MS)
+    assert only_value(h, "gen_ai.server.time_to_first_token") == 12 * MS * 1e-9
+    assert only_value(h, "gen_ai.server.request.duration") == 17 * MS * 1e-9

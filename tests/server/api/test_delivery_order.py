@@ -1,11 +1,13 @@
 """EngineClient delivery order on the event loop: a step's first and last tokens reach
-their streams before the step's telemetry is ingested, the other tokens after it, and
+their streams first, then the step's receive time is stamped (it ends TTFT and e2e), then
+the other tokens go out, and the step's telemetry is ingested last, with that stamp;
 failures reported later (engine death) never overtake telemetry already queued."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import time
 from array import array
 
 from server import ipc
@@ -20,8 +22,9 @@ class _OrderLog:
     def __init__(self, log: list):
         self.log = log
 
-    def ingest(self, data) -> None:
+    def ingest(self, data, received_ns=None) -> None:
         self.log.append(("ingest", data))
+        self.log.append(("received", received_ns))
 
     def fail(self, handle, reason) -> None:
         self.log.append(("fail", handle))
@@ -44,6 +47,7 @@ async def _scenario() -> list:
                 log.append(("dead", rid))
                 return
             log.append(("token", rid))
+            log.append(("at", time.monotonic_ns()))
             if item.finished:
                 client.release(rid)  # as OpenAIServing does once all sequences finished
                 return
@@ -66,17 +70,32 @@ async def _scenario() -> list:
     return log
 
 
-def test_first_and_last_tokens_go_out_before_telemetry_the_rest_after():
+def test_first_and_last_tokens_are_stamped_then_the_rest_go_out_before_telemetry():
     log = asyncio.run(_scenario())
-    first, second, third = _split(log)
-    assert first == [("token", 1), ("ingest", b"A")]
-    assert second == [("token", 2), ("token", 3), ("ingest", b"B"), ("token", 1)]
+    first, second, third = (_stamped(part) for part in _split(log))
+    assert [e[:2] for e in first] == [("token", 1), ("ingest", b"A")]
+    assert first[0][2] <= first[1][2]  # step A's receive time: after request 1's first token went out
+    # Step B: 2 gets its first token and 3 its last; 1 is running: it goes out after the stamp.
+    assert [e[:2] for e in second] == [("token", 2), ("token", 3), ("token", 1), ("ingest", b"B")]
+    assert second[1][2] <= second[3][2] <= second[2][2]
     # Step C: no first or last tokens; then the engine dies. The step's telemetry is
     # ingested before the failures of the requests it still mentions.
-    assert third[0] == ("ingest", b"C")
-    assert sorted(e for e in third if e[0] == "fail") == [("fail", 1), ("fail", 2)]
-    assert third.index(("ingest", b"C")) < min(third.index(("fail", 1)), third.index(("fail", 2)))
-    assert ("dead", 1) in third and ("dead", 2) in third
+    events = [e[:2] for e in third]
+    assert ("ingest", b"C") in events
+    assert sorted(e for e in events if e[0] == "fail") == [("fail", 1), ("fail", 2)]
+    assert events.index(("ingest", b"C")) < min(events.index(("fail", 1)), events.index(("fail", 2)))
+    assert ("dead", 1) in events and ("dead", 2) in events
+
+
+def _stamped(part: list) -> list[tuple]:
+    """Joins each token with the time it went out and each ingest with its receive time."""
+    out = []
+    for entry in part:
+        if entry[0] in ("at", "received"):
+            out[-1] = (*out[-1], entry[1])
+        else:
+            out.append(entry)
+    return out
 
 
 def _split(log: list) -> list[list]:
