@@ -181,7 +181,10 @@ class StreamClient:
                 raise RuntimeError(f"HTTP {status}: {(await reader.readexactly(n))[:200]!r}")
             buf = b""
             while True:  # Transfer-Encoding: chunked
-                size = int((await reader.readline()).split(b";")[0], 16)
+                line = await reader.readline()
+                if not line:
+                    raise ConnectionError("the server closed the connection in the middle of the stream")
+                size = int(line.split(b";")[0], 16)
                 if size == 0:
                     await reader.readline()
                     reusable = True
@@ -636,9 +639,12 @@ class _Group:
         self.pgid, self.pids = pgid, pids
 
     def signal(self, sig: int) -> None:
-        os.killpg(self.pgid, sig)
-        for pid in self.pids:
-            os.kill(pid, sig)
+        """Signals every process that is still there (one that died is reported by its load)."""
+        for kill, target in ((os.killpg, self.pgid), *((os.kill, pid) for pid in self.pids)):
+            try:
+                kill(target, sig)
+            except ProcessLookupError:
+                pass
 
 
 def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: int | None) -> dict[str, dict]:
@@ -686,7 +692,10 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
                 t0 = time.perf_counter()
                 group.signal(signal.SIGCONT)
                 if conns[mode].poll(args.slice):
-                    outcome[mode] = conns[mode].recv()
+                    try:
+                        outcome[mode] = conns[mode].recv()
+                    except EOFError:
+                        raise RuntimeError(f"{label}: the {mode} load client died") from None
                 group.signal(signal.SIGSTOP)
                 windows[mode].append((t0, time.perf_counter()))
     finally:
@@ -756,6 +765,10 @@ def compare_telemetry(args) -> dict:
     result["counts_exact_every_round"] = all(
         c["exact"] for rd in rounds for c in (rd["on"]["counts"] or {"x": {"exact": False}}).values())
     result["failed_requests"] = sum(rd[m]["failed"] for rd in rounds for m in modes)
+    result["valid"] = result["failed_requests"] == 0 and result["counts_exact_every_round"]
+    if not result["valid"]:
+        log(f"WARNING: {result['failed_requests']} requests failed or /metrics counts were off: "
+            "the ratios do not compare like with like (see rounds[*][mode]['errors'] and ['counts'])")
     result["spans_received"] = spans
     result["spans_received_before_shutdown"] = spans_before_shutdown
     result["span_names"] = span_names
