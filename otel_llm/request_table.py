@@ -45,9 +45,13 @@ _NUM_REASONS = len(FinishReason)
 _QUEUED, _SCHEDULED, _PREEMPTED = int(EventKind.QUEUED), int(EventKind.SCHEDULED), int(EventKind.PREEMPTED)
 MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 
-# Per-slot int64 columns. Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
+# Per-slot int64 columns: the rows of one [len(_INT_FIELDS), capacity] array (`_ints`), each
+# also an attribute (a view), so a finish gathers or clears all of them in one operation.
+# Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
                "num_cached", "max_tokens", "n", "npre", "chunks", "mat_seq")
+(_ARRIVAL, _QUEUED_AT, _SCHED, _FIRST, _LAST, _FIRST_RECV, _NUM_PROMPT, _EXTRA_GEN, _NUM_CACHED, _MAX_TOKENS,
+ _N, _NPRE, _CHUNKS, _MAT_SEQ) = range(len(_INT_FIELDS))
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
 
 
@@ -101,8 +105,7 @@ class RequestTable:
         self.op = np.zeros(0, np.int64)
         self.in_run = np.zeros(0, bool)
         self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
-        for f in _INT_FIELDS:
-            setattr(self, f, np.zeros(0, np.int64))
+        self._ints = np.zeros((len(_INT_FIELDS), 0), np.int64)
         self.infos: list[RequestInfo | None] = []
         self.preemption_ts: list[list[int] | None] = []
         self.outputs: list[list[str] | None] = []
@@ -117,8 +120,13 @@ class RequestTable:
             out[: len(a)] = a
             return out
 
-        for f in ("handle", "_next_gen", "op", "trace", "in_run") + _INT_FIELDS:
+        for f in ("handle", "_next_gen", "op", "trace", "in_run"):
             setattr(self, f, widen(getattr(self, f)))
+        ints = np.zeros((len(_INT_FIELDS), new_cap), np.int64)
+        ints[:, : self.cap] = self._ints
+        self._ints = ints
+        for i, f in enumerate(_INT_FIELDS):
+            setattr(self, f, ints[i])
         self.infos.extend([None] * (new_cap - self.cap))
         self.preemption_ts.extend([None] * (new_cap - self.cap))
         self.outputs.extend([None] * (new_cap - self.cap))
@@ -356,7 +364,7 @@ class RequestTable:
         s, ok = self._slots(rids)
         if ok is not None:
             reasons, max_seq = reasons[ok], max_seq[ok]
-        if len(np.unique(s)) != len(s):  # the same request finished twice in one step
+        if len(s) > 1 and len(np.unique(s)) != len(s):  # the same request finished twice in one step
             s, first_idx = np.unique(s, return_index=True)
             self.dropped["out_of_order"] += len(reasons) - len(s)
             reasons, max_seq = reasons[first_idx], max_seq[first_idx]
@@ -368,21 +376,21 @@ class RequestTable:
             return None
         self._materialise(s)
         m, h = self.metrics, self.metrics.histograms
-        op, trace = self.op[s], self.trace[s]
-        q, sc, f, last = self.queued[s], self.sched[s], self.first[s], self.last[s]
-        num_gen, num_prompt = self.chunks[s] + self.extra_gen[s], self.num_prompt[s]
+        op, trace, cols = self.op[s], self.trace[s], self._ints[:, s]
+        q, sc, f, last = cols[_QUEUED_AT], cols[_SCHED], cols[_FIRST], cols[_LAST]
+        num_gen, num_prompt, arrival = cols[_CHUNKS] + cols[_EXTRA_GEN], cols[_NUM_PROMPT], cols[_ARRIVAL]
         series_reason = op * _NUM_REASONS + reasons
         m.add_many("otel_llm.request.finished", series_reason)
-        h["gen_ai.server.request.duration"].record(now_ns - self.arrival[s], series_reason, trace)
+        h["gen_ai.server.request.duration"].record(now_ns - arrival, series_reason, trace)
         h["otel_llm.request.prompt_tokens"].record(num_prompt.astype(np.float64), op, trace)
         h["otel_llm.request.generation_tokens"].record(num_gen.astype(np.float64), op, trace)
         h["otel_llm.request.max_generation_tokens"].record(
             np.where(max_seq > 0, max_seq, num_gen).astype(np.float64), op)
-        h["otel_llm.request.params.n"].record(self.n[s].astype(np.float64), op)
-        mt = self.max_tokens[s]
+        h["otel_llm.request.params.n"].record(cols[_N].astype(np.float64), op)
+        mt = cols[_MAX_TOKENS]
         has_mt = mt >= 0
         h["otel_llm.request.params.max_tokens"].record(mt[has_mt].astype(np.float64), op[has_mt])
-        h["otel_llm.request.preemptions"].record(self.npre[s].astype(np.float64), op)
+        h["otel_llm.request.preemptions"].record(cols[_NPRE].astype(np.float64), op)
         # Engine intervals: only for requests whose engine timestamps are complete and ordered.
         has_tokens = f > 0
         valid = has_tokens & (q > 0) & (sc >= q) & (f >= sc) & (last >= f)
@@ -399,11 +407,11 @@ class RequestTable:
             g = num_gen[valid]
             tpot = np.where(g > 1, (lv - fv) / np.maximum(g - 1, 1), 0.0)
             h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
+        slots = s.tolist()
         batch = FinishedBatch(
-            [self.infos[i] for i in s.tolist()], reasons.copy(), self.arrival[s], now_ns, q, sc, f, last,
-            self.first_recv[s], num_prompt, num_gen, self.num_cached[s], self.npre[s], valid, trace,
-            [self.preemption_ts[i] or [] for i in s.tolist()],
-            [self.outputs[i] for i in s.tolist()],
+            [self.infos[i] for i in slots], reasons.copy(), arrival, now_ns, q, sc, f, last, cols[_FIRST_RECV],
+            num_prompt, num_gen, cols[_NUM_CACHED], cols[_NPRE], valid, trace,
+            [self.preemption_ts[i] or [] for i in slots], [self.outputs[i] for i in slots],
         )
         self._release(s)
         return batch
@@ -412,8 +420,7 @@ class RequestTable:
         self.n_run -= int(np.count_nonzero(self.in_run[s]))
         self.in_run[s] = False
         self.handle[s] = 0
-        for f in _INT_FIELDS:
-            getattr(self, f)[s] = 0
+        self._ints[:, s] = 0
         self.trace[s] = 0
         for i in s.tolist():
             self.infos[i] = None
