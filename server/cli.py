@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument("--dtype", choices=DTYPES, default="auto")
+    serve.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
     serve.add_argument("--max-num-seqs", type=_positive_int, default=64)
     serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=2048)
     serve.add_argument("--num-kv-blocks", type=_positive_int, default=None)
@@ -101,7 +102,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
     engine = EngineConfig(
-        model=args.model, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
+        model=args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
         block_size=args.block_size, max_model_len=args.max_model_len, seed=args.seed,
         log_stats=not args.disable_log_stats, num_threads=args.engine_threads,

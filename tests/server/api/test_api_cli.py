@@ -29,6 +29,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     (["--log-stats-interval", "0"], "'0'"),
     (["--otlp-traces-endpoint", "localhost:4317"], "localhost:4317"),
     (["--served-model-name", " "], "' '"),
+    (["--device", "tpu"], "--device 'tpu'"),
 ])
 def test_bad_flag_exits_2(args, named):
     r = _serve(*args)
@@ -40,11 +41,19 @@ def test_bad_flag_exits_2(args, named):
 @pytest.mark.parametrize("args,named", [
     (["--max-model-len", "4096"], "max_model_len=4096"),  # beyond the dummy's 2048 positions: the engine says so
     (["--num-kv-blocks", "1"], "num_kv_blocks=1"),
+    (["--device", "cuda"], "device='cuda'"),  # no GPU here: named at startup (skipped where CUDA exists)
 ])
 def test_engine_rejected_value_exits_2(args, named):
+    if "cuda" in args and _cuda_available():
+        pytest.skip("CUDA is available here")
     r = _serve("--model", "dummy", "--port", "0", *args)
     assert r.returncode == 2, r.stderr
     assert named in r.stderr
+
+
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def test_config_from_args_reads_otlp_env():
@@ -59,9 +68,10 @@ def test_config_from_args_reads_otlp_env():
 
 def test_config_from_args_puts_engine_flags_in_the_engine_config():
     args = build_parser().parse_args(["serve", "--max-num-seqs", "8", "--block-size", "32", "--dtype", "float32",
-                                      "--disable-log-stats", "--engine-threads", "3", "--port", "9000"])
+                                      "--disable-log-stats", "--engine-threads", "3", "--port", "9000", "--device", "cpu"])
     cfg = config_from_args(args, environ={})
-    assert cfg.engine == EngineConfig(max_num_seqs=8, block_size=32, dtype="float32", log_stats=False, num_threads=3)
+    assert cfg.engine == EngineConfig(max_num_seqs=8, block_size=32, dtype="float32", log_stats=False, num_threads=3,
+                                      device="cpu")
     assert cfg.port == 9000 and cfg.engine_threads == 3
 
 
