@@ -316,27 +316,15 @@ SCRAPE_KEYS = ("vllm:request_success_total", "vllm:generation_tokens_total", "vl
                "vllm:e2e_request_latency_seconds_sum", "vllm:e2e_request_latency_seconds_count")
 
 
-async def scrape(client: httpx.AsyncClient, url: str) -> dict | None:
-    try:
-        resp = await client.get(f"{url}/metrics", timeout=30.0)
-    except httpx.HTTPError:
-        return None
-    return _scraped_sums(resp)
+def scrape(client: httpx.Client, url: str) -> dict | None:
+    """The SCRAPE_KEYS samples of `url`'s /metrics, summed over label sets; None when it
+    cannot be read or exposes no vLLM metrics (telemetry off)."""
+    from prometheus_client.parser import text_string_to_metric_families
 
-
-def scrape_sync(client: httpx.Client, url: str) -> dict | None:
     try:
         resp = client.get(f"{url}/metrics", timeout=30.0)
     except httpx.HTTPError:
         return None
-    return _scraped_sums(resp)
-
-
-def _scraped_sums(resp: httpx.Response) -> dict | None:
-    """The SCRAPE_KEYS samples of a /metrics response, summed over label sets; None when
-    the server exposes no vLLM metrics (telemetry off)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     if resp.status_code != 200:
         return None
     sums: dict[str, float] = {}
@@ -347,11 +335,26 @@ def _scraped_sums(resp: httpx.Response) -> dict | None:
     return sums if "vllm:request_success_total" in sums else None
 
 
+def _deltas(before: dict | None, after: dict | None) -> dict | None:
+    return None if before is None or after is None else {k: after.get(k, 0.0) - before.get(k, 0.0) for k in SCRAPE_KEYS}
+
+
+def counts(d: dict, load: dict) -> dict:
+    """Server /metrics deltas `d` against the client's request and token counts (exact)."""
+    out = {}
+    for name, key, client in (("requests", "vllm:request_success_total", load["completed"]),
+                              ("generation_tokens", "vllm:generation_tokens_total", load["total_completion_tokens"]),
+                              ("prompt_tokens", "vllm:prompt_tokens_total", load["total_prompt_tokens"])):
+        delta = int(round(d[key]))
+        out[name] = {"server_delta": delta, "client": client, "exact": delta == client}
+    return out
+
+
 def fidelity(before: dict | None, after: dict | None, load: dict, client_ttft_mean_s: float | None,
              client_e2e_mean_s: float | None) -> dict | None:
-    if before is None or after is None:
+    d = _deltas(before, after)
+    if d is None:
         return None
-    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in SCRAPE_KEYS}
 
     def tol(server: float | None, client: float | None) -> dict:
         if server is None or client is None:
@@ -363,16 +366,8 @@ def fidelity(before: dict | None, after: dict | None, load: dict, client_ttft_me
                 "within_tolerance": abs(diff) <= max(0.05 * client, 0.002)}
 
     n_ttft, n_e2e = d["vllm:time_to_first_token_seconds_count"], d["vllm:e2e_request_latency_seconds_count"]
-    req_delta = int(round(d["vllm:request_success_total"]))
-    gen_delta = int(round(d["vllm:generation_tokens_total"]))
-    prompt_delta = int(round(d["vllm:prompt_tokens_total"]))
     return {
-        "requests": {"server_delta": req_delta, "client": load["completed"],
-                     "exact": req_delta == load["completed"]},
-        "generation_tokens": {"server_delta": gen_delta, "client": load["total_completion_tokens"],
-                              "exact": gen_delta == load["total_completion_tokens"]},
-        "prompt_tokens": {"server_delta": prompt_delta, "client": load["total_prompt_tokens"],
-                          "exact": prompt_delta == load["total_prompt_tokens"]},
+        **counts(d, load),
         "mean_ttft": tol(d["vllm:time_to_first_token_seconds_sum"] / n_ttft if n_ttft else None, client_ttft_mean_s),
         "mean_e2e": tol(d["vllm:e2e_request_latency_seconds_sum"] / n_e2e if n_e2e else None, client_e2e_mean_s),
     }
@@ -491,20 +486,21 @@ async def _bench(url: str, args, label: str, want_fidelity: bool, pids: dict[str
     model = get_model(url, args.model_name)
     out = []
     # One client for warm-up and all loads: the warm-up opens the pooled connections,
-    # so measured TTFTs do not include TCP connects. httpx only for the /metrics scrapes.
+    # so measured TTFTs do not include TCP connects. httpx only for the /metrics scrapes,
+    # blocking: they run between loads, when nothing else is in flight.
     client = StreamClient(url)
-    async with httpx.AsyncClient(timeout=30.0) as scraper:
+    with httpx.Client(timeout=30.0) as scraper:
         for name, reqs in workloads(args):
             n_warm = min(args.concurrency, len(reqs)) if args.warmup is None else args.warmup
             if n_warm:
                 warm = [Req(0.0, make_prompt(args.prompt_len, 10_000 + i), args.max_tokens) for i in range(n_warm)]
                 await run_load(client, model, warm, args.concurrency, args.ignore_eos, f"{label} warmup")
-            before = await scrape(scraper, url) if want_fidelity else None
+            before = scrape(scraper, url) if want_fidelity else None
             log(f"{label}: {name}, {len(reqs)} requests, concurrency {args.concurrency}")
             cpu_before = cpu_seconds(pids)
             load = await run_load(client, model, reqs, args.concurrency, args.ignore_eos, f"{label} {name}")
             load["server_cpu"] = cpu_per_token(cpu_before, cpu_seconds(pids), load["total_completion_tokens"])
-            after = await scrape(scraper, url) if want_fidelity else None
+            after = scrape(scraper, url) if want_fidelity else None
             ttft, e2e = load["ttft_ms"], load["e2e_ms"]
             fid = fidelity(before, after, load, ttft and ttft["mean"] / 1e3, e2e and e2e["mean"] / 1e3)
             log(f"{label} {name}: {load['completed']}/{load['requests']} ok, "
@@ -672,7 +668,7 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
         extra = [receiver_pid] if mode == "on" and receiver_pid else []
         groups[mode] = _Group(srv.proc.pid, [procs[mode].pid, *extra])
     with httpx.Client(timeout=30.0) as http:
-        before = {m: scrape_sync(http, srv.url) for m, srv in servers.items()}
+        before = {m: scrape(http, srv.url) for m, srv in servers.items()}
     cpu_before = {m: cpu_seconds(srv.pids) for m, srv in servers.items()}
     windows: dict[str, list] = {m: [] for m in servers}
     outcome: dict[str, tuple] = {}
@@ -708,8 +704,8 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
             load = summarize([Result(**r) for r in results], start, end, running_clock(windows[mode]))
             load["server_cpu"] = cpu_per_token(cpu_before[mode], cpu_seconds(srv.pids), load["total_completion_tokens"])
             load["slices"] = len(windows[mode])
-            fid = fidelity(before[mode], scrape_sync(http, srv.url), load, None, None)
-            load["counts"] = fid and {k: fid[k] for k in ("requests", "generation_tokens", "prompt_tokens")}
+            d = _deltas(before[mode], scrape(http, srv.url))
+            load["counts"] = d and counts(d, load)
             log(f"{label} {mode}: {load['completed']}/{load['requests']} ok, "
                 f"{load['output_token_throughput']:.0f} tok/s over {load['wall_s']:.2f} s of running time")
             out[mode] = load
@@ -763,7 +759,7 @@ def compare_telemetry(args) -> dict:
         cpu[proc] = {**per_mode, "ratio_on_vs_off": ratio(per_mode["on"], per_mode["off"])}
     result["server_cpu_us_per_token"] = cpu
     result["counts_exact_every_round"] = all(
-        c["exact"] for rd in rounds for c in (rd["on"]["counts"] or {"x": {"exact": False}}).values())
+        rd["on"]["counts"] and all(c["exact"] for c in rd["on"]["counts"].values()) for rd in rounds)
     result["failed_requests"] = sum(rd[m]["failed"] for rd in rounds for m in modes)
     result["valid"] = result["failed_requests"] == 0 and result["counts_exact_every_round"]
     if not result["valid"]:

@@ -50,8 +50,6 @@ MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 # Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
                "num_cached", "max_tokens", "n", "npre", "chunks", "mat_seq")
-(_ARRIVAL, _QUEUED_AT, _SCHED, _FIRST, _LAST, _FIRST_RECV, _NUM_PROMPT, _EXTRA_GEN, _NUM_CACHED, _MAX_TOKENS,
- _N, _NPRE, _CHUNKS, _MAT_SEQ) = range(len(_INT_FIELDS))
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
 
 
@@ -376,9 +374,10 @@ class RequestTable:
             return None
         self._materialise(s)
         m, h = self.metrics, self.metrics.histograms
-        op, trace, cols = self.op[s], self.trace[s], self._ints[:, s]
-        q, sc, f, last = cols[_QUEUED_AT], cols[_SCHED], cols[_FIRST], cols[_LAST]
-        num_gen, num_prompt, arrival = cols[_CHUNKS] + cols[_EXTRA_GEN], cols[_NUM_PROMPT], cols[_ARRIVAL]
+        op, trace = self.op[s], self.trace[s]
+        col = dict(zip(_INT_FIELDS, self._ints[:, s]))  # one gather; copies, safe after release
+        q, sc, f, last, arrival = col["queued"], col["sched"], col["first"], col["last"], col["arrival"]
+        num_gen, num_prompt = col["chunks"] + col["extra_gen"], col["num_prompt"]
         series_reason = op * _NUM_REASONS + reasons
         m.add_many("otel_llm.request.finished", series_reason)
         h["gen_ai.server.request.duration"].record(now_ns - arrival, series_reason, trace)
@@ -386,11 +385,11 @@ class RequestTable:
         h["otel_llm.request.generation_tokens"].record(num_gen.astype(np.float64), op, trace)
         h["otel_llm.request.max_generation_tokens"].record(
             np.where(max_seq > 0, max_seq, num_gen).astype(np.float64), op)
-        h["otel_llm.request.params.n"].record(cols[_N].astype(np.float64), op)
-        mt = cols[_MAX_TOKENS]
+        h["otel_llm.request.params.n"].record(col["n"].astype(np.float64), op)
+        mt = col["max_tokens"]
         has_mt = mt >= 0
         h["otel_llm.request.params.max_tokens"].record(mt[has_mt].astype(np.float64), op[has_mt])
-        h["otel_llm.request.preemptions"].record(cols[_NPRE].astype(np.float64), op)
+        h["otel_llm.request.preemptions"].record(col["npre"].astype(np.float64), op)
         # Engine intervals: only for requests whose engine timestamps are complete and ordered.
         has_tokens = f > 0
         valid = has_tokens & (q > 0) & (sc >= q) & (f >= sc) & (last >= f)
@@ -409,8 +408,8 @@ class RequestTable:
             h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
         slots = s.tolist()
         batch = FinishedBatch(
-            [self.infos[i] for i in slots], reasons.copy(), arrival, now_ns, q, sc, f, last, cols[_FIRST_RECV],
-            num_prompt, num_gen, cols[_NUM_CACHED], cols[_NPRE], valid, trace,
+            [self.infos[i] for i in slots], reasons.copy(), arrival, now_ns, q, sc, f, last, col["first_recv"],
+            num_prompt, num_gen, col["num_cached"], col["npre"], valid, trace,
             [self.preemption_ts[i] or [] for i in slots], [self.outputs[i] for i in slots],
         )
         self._release(s)
