@@ -19,7 +19,7 @@ def prometheus_server() -> Iterator[Callable[..., PrometheusServer]]:
     """
     started: list[PrometheusServer] = []
 
-    def start(target: str, **kwargs: object) -> PrometheusServer:
+    def start(target: str | None, **kwargs: object) -> PrometheusServer:
         server = PrometheusServer(target, **kwargs)  # type: ignore[arg-type]
         server.start()
         started.append(server)

@@ -71,14 +71,19 @@ class PrometheusServer:
 
     def __init__(
         self,
-        target: str,
+        target: str | None,
         *,
         metrics_path: str = "/metrics",
         job: str = "target",
         scrape_interval_s: float = 1.0,
         startup_timeout_s: float = 30.0,
+        honor_labels: bool = False,
+        extra_flags: tuple[str, ...] = (),
     ) -> None:
-        if ":" not in target:
+        """``target=None``: no scrape job (e.g. a remote-write receiver only, with
+        ``extra_flags=("--web.enable-remote-write-receiver",)``). ``honor_labels``
+        keeps the target's own ``job``/``instance`` labels (needed behind a collector)."""
+        if target is not None and ":" not in target:
             raise ValueError(f"target must be 'host:port', got {target!r}")
         if scrape_interval_s <= 0:
             raise ValueError(f"scrape_interval_s must be > 0, got {scrape_interval_s!r}")
@@ -87,6 +92,8 @@ class PrometheusServer:
         self.job = job
         self.scrape_interval_s = scrape_interval_s
         self.startup_timeout_s = startup_timeout_s
+        self.honor_labels = honor_labels
+        self.extra_flags = tuple(extra_flags)
         self.port: int | None = None
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -196,10 +203,11 @@ class PrometheusServer:
                 "scrape_timeout": interval,
                 "evaluation_interval": interval,
             },
-            "scrape_configs": [
+            "scrape_configs": [] if self.target is None else [
                 {
                     "job_name": self.job,
                     "metrics_path": self.metrics_path,
+                    "honor_labels": self.honor_labels,
                     "static_configs": [{"targets": [self.target]}],
                 }
             ],
@@ -215,6 +223,7 @@ class PrometheusServer:
                 f"--storage.tsdb.path={self._dir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--log.level=info",
+                *self.extra_flags,
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
