@@ -526,8 +526,13 @@ class _CountingSink:
     def __init__(self):
         self.spans, self.names, self._lock = 0, set(), threading.Lock()
 
-    def __call__(self, signal, request) -> None:
-        spans = [s for rs in getattr(request, "resource_spans", ()) for ss in rs.scope_spans for s in ss.spans]
+    def __call__(self, signal, payload: bytes) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        if signal.value != "traces":
+            return
+        request = ExportTraceServiceRequest.FromString(payload)
+        spans = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
         with self._lock:
             self.spans += len(spans)
             self.names.update(s.name for s in spans)

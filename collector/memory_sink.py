@@ -10,9 +10,8 @@ import threading
 import time
 from typing import NamedTuple
 
-from google.protobuf.message import Message
-
-from collector.otlp_receiver import Signal
+from collector import otlp_codec
+from collector.otlp_receiver import ROUTES, Signal
 from collector.otlp_records import (
     LogRecord,
     MetricRecord,
@@ -21,6 +20,9 @@ from collector.otlp_records import (
     flatten_metrics,
     flatten_spans,
 )
+
+
+_REQUEST_TYPES = {route.signal: route.request_type for route in ROUTES.values()}
 
 
 class DroppedCounts(NamedTuple):
@@ -42,7 +44,9 @@ class MemorySink:
         self._logs: list[LogRecord] = []
         self._dropped = {Signal.TRACES: 0, Signal.METRICS: 0, Signal.LOGS: 0}
 
-    def __call__(self, signal: Signal, request: Message) -> None:
+    def __call__(self, signal: Signal, payload: bytes) -> None:
+        """Raises PayloadError(400) when `payload` is not a valid request of `signal`."""
+        request = otlp_codec.decode(payload, otlp_codec.PROTOBUF, _REQUEST_TYPES[signal])
         if signal is Signal.TRACES:
             records, store = flatten_spans(request), self._spans
         elif signal is Signal.METRICS:

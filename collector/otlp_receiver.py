@@ -45,26 +45,54 @@ class Signal(enum.Enum):
     LOGS = "logs"
 
 
-Sink = Callable[[Signal, Message], None]
-"""Receives each decoded Export*ServiceRequest; called on request threads."""
+class PartialSuccess(NamedTuple):
+    """What a sink could not take of a request: the OTLP ``partial_success`` answer."""
 
-_ROUTES: dict[str, tuple[Signal, type[Message], type[Message]]] = {
-    "/v1/traces": (
+    rejected: int  # spans, data points or log records
+    message: str
+
+
+Sink = Callable[[Signal, bytes], "PartialSuccess | None"]
+"""Receives each Export*ServiceRequest as protobuf bytes (OTLP JSON is converted at the
+edge); called on request threads. Raises PayloadError for a request it cannot parse."""
+
+
+class SignalRoute(NamedTuple):
+    signal: Signal
+    request_type: type[Message]
+    response_type: type[Message]
+    rejected_field: str  # of the response's partial_success
+
+
+ROUTES: dict[str, SignalRoute] = {
+    "/v1/traces": SignalRoute(
         Signal.TRACES,
         trace_service_pb2.ExportTraceServiceRequest,
         trace_service_pb2.ExportTraceServiceResponse,
+        "rejected_spans",
     ),
-    "/v1/metrics": (
+    "/v1/metrics": SignalRoute(
         Signal.METRICS,
         metrics_service_pb2.ExportMetricsServiceRequest,
         metrics_service_pb2.ExportMetricsServiceResponse,
+        "rejected_data_points",
     ),
-    "/v1/logs": (
+    "/v1/logs": SignalRoute(
         Signal.LOGS,
         logs_service_pb2.ExportLogsServiceRequest,
         logs_service_pb2.ExportLogsServiceResponse,
+        "rejected_log_records",
     ),
 }
+
+
+def export_response(route: SignalRoute, result: PartialSuccess | None) -> Message:
+    """The Export*ServiceResponse for a sink's result (partial_success set only when it refused some)."""
+    response = route.response_type()
+    if result is not None and result.rejected:
+        setattr(response.partial_success, route.rejected_field, result.rejected)
+        response.partial_success.error_message = result.message
+    return response
 
 
 @dataclass(frozen=True)
@@ -73,6 +101,7 @@ class OtlpReceiverConfig:
     port: int = 0  # 0 = any free port; read the bound one from OtlpReceiver.endpoint
     max_body_bytes: int = 16 * 1024 * 1024  # applies before and after decompression
     request_timeout_s: float = 10.0  # socket timeout per connection read
+    signals: frozenset[Signal] = frozenset(Signal)  # others answer 404
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -205,13 +234,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(status, content_type, body)
 
     def _export(self, content_type: str) -> tuple[int, bytes]:
-        route = _ROUTES.get(self.path.split("?", 1)[0])
-        if route is None:
+        route = ROUTES.get(self.path.split("?", 1)[0])
+        accepted = self.receiver.config.signals
+        if route is None or route.signal not in accepted:
             self.close_connection = True  # the body stays unread
-            raise PayloadError(
-                404, f"unknown path {self.path!r}; use /v1/traces, /v1/metrics or /v1/logs"
-            )
-        signal, request_type, response_type = route
+            paths = " or ".join(p for p, r in ROUTES.items() if r.signal in accepted)
+            raise PayloadError(404, f"unknown path {self.path!r}; use {paths}")
         if content_type not in CONTENT_TYPES:
             self.close_connection = True
             raise PayloadError(
@@ -224,9 +252,10 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError as exc:
             raise _ClientGone from exc
         payload = otlp_codec.decompress(raw, self.headers.get("Content-Encoding", ""), self._limit)
-        request = otlp_codec.decode(payload, content_type, request_type)
-        self.receiver.sink(signal, request)
-        return 200, otlp_codec.encode(response_type(), content_type)
+        if content_type != otlp_codec.PROTOBUF:
+            payload = otlp_codec.decode(payload, content_type, route.request_type).SerializeToString()
+        result = self.receiver.sink(route.signal, payload)
+        return 200, otlp_codec.encode(export_response(route, result), content_type)
 
     @property
     def _limit(self) -> int:
@@ -303,7 +332,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _reject_method(self) -> None:
         content_type = otlp_codec.media_type(self.headers.get("Content-Type", ""))
         self.close_connection = True
-        if self.path.split("?", 1)[0] in _ROUTES:
+        if self.path.split("?", 1)[0] in ROUTES:
             status, reason = 405, f"{self.command} not allowed; use POST"
         else:
             status, reason = 404, f"unknown path {self.path!r}"
@@ -319,6 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
 __all__ = [
     "OtlpReceiver",
     "OtlpReceiverConfig",
+    "PartialSuccess",
     "ReceiverStats",
     "Signal",
     "Sink",

@@ -24,15 +24,20 @@ from opentelemetry.sdk.metrics._internal.exemplar import Exemplar
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from .instruments import DIMENSIONS, Instrument, Kind
+from .instruments import (
+    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Instrument,
+    Kind,
+)
 
 _SCOPE = InstrumentationScope("otel_llm", "0.1.0")
 _CUMULATIVE = AggregationTemporality.CUMULATIVE
 
 
 def _attributes(tel, inst: Instrument, series: int) -> dict:
-    attrs = {"gen_ai.request.model": tel.config.model_name, "otel_llm.engine": tel.config.engine,
-             "gen_ai.provider.name": tel.config.provider_name}
+    attrs = {MODEL_ATTRIBUTE: tel.config.model_name, ENGINE_ATTRIBUTE: tel.config.engine,
+             PROVIDER_ATTRIBUTE: tel.config.provider_name}
+    if inst.name == CACHE_CONFIG_INFO:
+        attrs.update((CACHE_CONFIG_PREFIX + k, v) for k, v in tel.cache_config)
     if inst.dims:
         idx = np.unravel_index(series, [len(DIMENSIONS[d]) for d in inst.dims])
         for d, i in zip(inst.dims, idx):

@@ -34,18 +34,18 @@ class Source:
     cache_config: tuple[tuple[str, str], ...] = ()
 
 
-def _esc(v: str) -> str:
+def escape_label_value(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _num(v: float) -> str:
+def format_value(v: float) -> str:
     if v == np.inf:
         return "+Inf"
     return repr(float(v))
 
 
-def _labels(pairs) -> str:
-    return ",".join(f'{k}="{_esc(v)}"' for k, v in pairs)
+def label_text(pairs) -> str:
+    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
 
 
 def _groups(inst: Instrument, fam: Family) -> list[tuple[tuple[tuple[str, str], ...], np.ndarray]]:
@@ -87,10 +87,10 @@ class Renderer:
         if inst.kind is Kind.HISTOGRAM and not np.array_equal(fine[pos], coarse):
             raise ValueError(f"{fam.name}: buckets {coarse.tolist()} are not a subset of {fine.tolist()}")
         for pairs, series in _groups(inst, fam):
-            lab = _labels(base + pairs)
+            lab = label_text(base + pairs)
             if inst.kind is Kind.HISTOGRAM:
                 sep = "," if lab else ""
-                prefixes = [f'{fam.name}_bucket{{{lab}{sep}le="{_num(b)}"}} ' for b in coarse]
+                prefixes = [f'{fam.name}_bucket{{{lab}{sep}le="{format_value(b)}"}} ' for b in coarse]
                 prefixes.append(f'{fam.name}_bucket{{{lab}{sep}le="+Inf"}} ')
                 out.append((series, prefixes, f"{fam.name}_sum{{{lab}}} ", f"{fam.name}_count{{{lab}}} "))
             else:
@@ -111,7 +111,7 @@ class Renderer:
                 continue
             kind = inst.kind.value
             fname = fam.name if (openmetrics or inst.kind is not Kind.COUNTER) else fam.name + "_total"
-            lines.append(f"# HELP {fname} {_esc(inst.description)}")
+            lines.append(f"# HELP {fname} {escape_label_value(inst.description)}")
             lines.append(f"# TYPE {fname} {kind}")
             for src, inst in members:
                 prepared, pos = self._prepared(src, fam, inst)
@@ -120,11 +120,11 @@ class Renderer:
                     self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty)
                 elif inst.kind is Kind.COUNTER:
                     values = src.snapshot.counters[inst.name]
-                    lines.extend(p + _num(values[series].sum()) for series, p in prepared
+                    lines.extend(p + format_value(values[series].sum()) for series, p in prepared
                                  if empty or values[series].any())
                 else:
                     v = src.snapshot.gauges.get(inst.name)
-                    lines.extend(p + _num(0.0 if v is None else v) for _, p in prepared)
+                    lines.extend(p + format_value(0.0 if v is None else v) for _, p in prepared)
         if openmetrics:
             lines.append("# EOF")
         lines.append("")
@@ -145,7 +145,7 @@ class Renderer:
                 lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
             else:
                 lines.extend(p + str(v) for p, v in zip(prefixes, values))
-            lines.append(p_sum + _num(h.sums[series].sum()))
+            lines.append(p_sum + format_value(h.sums[series].sum()))
             lines.append(p_count + str(values[-1]))
 
 
@@ -166,7 +166,7 @@ def _exemplars(h: HistogramSnapshot, series: np.ndarray, pos: np.ndarray, nb: in
         else:
             hi_, lo_, span = (int(x) for x in trace[best][:3])
             out.append(f' # {{trace_id="{(hi_ << 64 | lo_):032x}",span_id="{span:016x}"}} '
-                       f"{_num(value[best])} {best_t / 1e9:.3f}")
+                       f"{format_value(value[best])} {best_t / 1e9:.3f}")
         lo = hi + 1
     return out
 

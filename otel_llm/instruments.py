@@ -23,6 +23,13 @@ class Kind(Enum):
     HISTOGRAM = "histogram"
 
 
+# Base attributes on every point of a Telemetry (the profiles' model and engine labels).
+MODEL_ATTRIBUTE = "gen_ai.request.model"
+ENGINE_ATTRIBUTE = "otel_llm.engine"
+PROVIDER_ATTRIBUTE = "gen_ai.provider.name"
+CACHE_CONFIG_INFO = "otel_llm.cache_config.info"
+CACHE_CONFIG_PREFIX = "otel_llm.cache_config."  # + key: the cache config's entries on its info point
+
 # Per-request dimensions and their vocabularies (index = the value stored per request).
 OPERATIONS = ("chat", "text_completion", "generate_content", "_OTHER")
 DIMENSIONS = {

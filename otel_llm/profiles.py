@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import instruments as I
+from .prometheus_naming import metric_name
 
 LabelMap = dict[str, tuple[str, Callable[[str], str | None]]]  # dim -> (label, value map; None drops)
 
@@ -79,16 +80,9 @@ def _vllm() -> Profile:
     return Profile("vllm", "model_name", "engine", tuple(fams), True)
 
 
-_UNIT_SUFFIX = {"s": "seconds", "ms": "milliseconds", "By": "bytes"}
-
-
 def prometheus_name(inst: I.Instrument) -> str:
     """The OTel -> Prometheus translation of a canonical name (without `_total`)."""
-    name = inst.name.replace(".", "_")
-    suffix = _UNIT_SUFFIX.get(inst.unit) or ("ratio" if inst.unit == "1" and inst.kind is I.Kind.GAUGE else "")
-    if suffix and not name.endswith("_" + suffix):
-        name += "_" + suffix
-    return name
+    return metric_name(inst.name, inst.unit, inst.kind)
 
 
 def _otel(table: dict[str, I.Instrument]) -> Profile:

@@ -178,10 +178,11 @@ class Telemetry:
         with self._lock:
             return self.triton.model_stat(self.table)
 
-    def attach_reader(self, reader) -> None:
-        """Make a standard OTel MetricReader (OTLP periodic, in-memory, ...) collect this Telemetry."""
+    def attach_reader(self, reader, resource=None) -> None:
+        """Make a standard OTel MetricReader (OTLP periodic, in-memory, ...) collect this Telemetry;
+        `resource` (an SDK Resource) describes the process (service.name, service.instance.id)."""
         from .bridge import attach_reader
-        attach_reader(reader, [self])
+        attach_reader(reader, [self], resource)
 
     def shutdown(self) -> None:
         if not self.enabled:

@@ -1,7 +1,8 @@
-"""`otel-llm` command line: `serve` (the reference server) and `demo` (a client).
+"""`otel-llm` command line: `serve` (the reference server), `collector` (see `collector.cli`)
+and `demo` (a client).
 
 This is the one edge where flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) are read; everything below gets a frozen
+`OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`) are read; everything below gets a frozen
 `ServerConfig` (with its `EngineConfig`). A bad value fails here, naming it,
 with exit code 2.
 """
@@ -13,6 +14,7 @@ import logging
 import os
 import sys
 
+from collector import cli as collector_cli
 from server.config import METRICS_COMPAT, ServerConfig
 from server.engine.config import DTYPES, EngineConfig
 from server.model.specs import BUILTIN_MODELS
@@ -68,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--otlp-traces-endpoint", default=None,
                        help="OTLP/HTTP traces endpoint (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
                             "then $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+    serve.add_argument("--otlp-metrics-endpoint", default=None,
+                       help="push OTLP metrics here, e.g. an otel-llm collector's http://127.0.0.1:4318 "
+                            "(default: $OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, then $OTEL_EXPORTER_OTLP_ENDPOINT; "
+                            "none: no push); every $OTEL_METRIC_EXPORT_INTERVAL ms (60000), over "
+                            "$OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL (http/protobuf or grpc)")
     serve.add_argument("--disable-log-stats", action="store_true", help="turn telemetry off")
     serve.add_argument("--log-stats-interval", type=_positive_float, default=10.0, help="seconds between stat log lines")
     serve.add_argument("--in-process", action="store_true", help="run the engine in a thread of the API process")
@@ -76,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine-threads", type=_positive_int, default=None,
                        help="torch threads in the engine (default: cores - 1)")
     serve.add_argument("--access-log", action="store_true", help="turn uvicorn's access log on")
+
+    collector_cli.add_parser(sub)
 
     demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics")
     demo.add_argument("--url", default="http://127.0.0.1:8000")
@@ -101,6 +110,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     """Raises ValueError naming the bad value."""
     endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+    metrics_endpoint = (args.otlp_metrics_endpoint or environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+                        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
     engine = EngineConfig(
         model=args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
@@ -111,7 +122,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         engine=engine, served_model_name=args.served_model_name, host=args.host, port=args.port,
         in_process=args.in_process, max_recv_per_iter=args.max_recv_per_iter,
         log_stats_interval_s=args.log_stats_interval, metrics_compat=args.metrics_compat,
-        otlp_traces_endpoint=endpoint, access_log=args.access_log,
+        otlp_traces_endpoint=endpoint, otlp_metrics_endpoint=metrics_endpoint, access_log=args.access_log,
     )
 
 
@@ -154,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         for noisy in ("httpx", "httpx2", "openai"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model)
+    if args.command == "collector":
+        return collector_cli.run(args)
     try:
         config = config_from_args(args)
     except ValueError as exc:

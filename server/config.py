@@ -34,6 +34,7 @@ class ServerConfig:
     log_stats_interval_s: float = 10.0
     metrics_compat: str = "vllm"
     otlp_traces_endpoint: str | None = None
+    otlp_metrics_endpoint: str | None = None
     access_log: bool = False
 
     def __post_init__(self) -> None:
@@ -47,8 +48,9 @@ class ServerConfig:
             raise ValueError(f"--log-stats-interval {self.log_stats_interval_s}: must be > 0")
         if self.metrics_compat not in METRICS_COMPAT:
             raise ValueError(f"--metrics-compat {self.metrics_compat!r}: must be one of {METRICS_COMPAT}")
-        if self.otlp_traces_endpoint is not None and not self.otlp_traces_endpoint.startswith(("http://", "https://")):
-            raise ValueError(f"--otlp-traces-endpoint {self.otlp_traces_endpoint!r}: must be an http(s) URL")
+        for flag, url in (("traces", self.otlp_traces_endpoint), ("metrics", self.otlp_metrics_endpoint)):
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"--otlp-{flag}-endpoint {url!r}: must be an http(s) URL")
 
     @property
     def model_name(self) -> str:

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Route
 
 from otel_llm import Telemetry, TelemetryConfig
+from otel_llm.meter_setup import otlp_metric_reader, service_resource
 from server import protocol
 from server.api import triton
 from server.api.arrival import ArrivalStamp
@@ -72,8 +73,9 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
     """The app; `client` is an already started engine (the CLI starts it first so
     engine config errors fail before the port is bound), else the lifespan starts one.
     The app owns the client either way and closes it at shutdown."""
+    resource = service_resource("otel-llm")  # one per server process: its own service.instance.id
     # Tracing costs a span per request: on only when the spans go somewhere.
-    tracer_provider = (build_tracer_provider("otel-llm", config.otlp_traces_endpoint)
+    tracer_provider = (build_tracer_provider(resource, config.otlp_traces_endpoint)
                        if config.otlp_traces_endpoint else None)
 
     @asynccontextmanager
@@ -96,6 +98,12 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
                 kv_device=_kv_device(config.engine.device),
             ))
             engine.attach(asyncio.get_running_loop(), tel)
+            reader = None
+            if config.otlp_metrics_endpoint and tel.enabled:
+                reader = otlp_metric_reader(config.otlp_metrics_endpoint)
+                tel.attach_reader(reader, resource)
+                logger.info("pushing OTLP metrics to %s every %.0f s", config.otlp_metrics_endpoint,
+                            reader._export_interval_millis / 1000)
         except BaseException:
             engine.close()
             raise
@@ -108,6 +116,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
             yield
         finally:
             await asyncio.to_thread(engine.close)
+            if reader is not None:
+                await asyncio.to_thread(reader.shutdown)  # one last export
             tel.shutdown()
             if tracer_provider is not None:
                 tracer_provider.shutdown()
@@ -139,7 +149,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
         if s.client.dead_reason is not None:
             return JSONResponse({"status": "unhealthy", "reason": s.client.dead_reason}, status_code=503)
         return {"status": "ok", "model": s.model_name, "engine_pid": s.client.engine_pid,
-                "in_flight": s.client.num_in_flight, "otlp_traces_endpoint": s.config.otlp_traces_endpoint}
+                "in_flight": s.client.num_in_flight, "otlp_traces_endpoint": s.config.otlp_traces_endpoint,
+                "otlp_metrics_endpoint": s.config.otlp_metrics_endpoint}
 
     app.add_middleware(ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
     return app

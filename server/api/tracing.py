@@ -31,17 +31,14 @@ _SCOPE = InstrumentationScope("otel_llm.server")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-def build_tracer_provider(service_name: str, otlp_traces_endpoint: str | None) -> TracerProvider:
+def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None) -> TracerProvider:
     """A provider with an OTLP exporter when an endpoint is given, else none (spans
     are still created, so trace ids propagate, but go nowhere).
 
     The exporter is the SDK's (`otel_llm.tracer_setup.otlp_span_exporter`): OTLP/HTTP
     unless `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL=grpc`; `/v1/traces` is appended to an
-    HTTP endpoint that lacks it. `OTEL_SERVICE_NAME` wins over `service_name`.
+    HTTP endpoint that lacks it.
     """
-    resource = Resource.create()
-    if resource.attributes.get("service.name", "unknown_service").startswith("unknown_service"):
-        resource = resource.merge(Resource({"service.name": service_name}))
     provider = TracerProvider(resource=resource)
     if otlp_traces_endpoint:
         from otel_llm.tracer_setup import batch_span_processor, otlp_span_exporter

@@ -19,8 +19,8 @@ def spans_request(n: int) -> ExportTraceServiceRequest:
 
 def test_bounded_store_counts_drops() -> None:
     sink = MemorySink(max_records=3)
-    sink(Signal.TRACES, spans_request(2))
-    sink(Signal.TRACES, spans_request(2))
+    sink(Signal.TRACES, spans_request(2).SerializeToString())
+    sink(Signal.TRACES, spans_request(2).SerializeToString())
     assert [s.name for s in sink.received_spans()] == ["s0", "s1", "s0"]
     assert sink.dropped() == DroppedCounts(spans=1, metrics=0, logs=0)
 
@@ -32,7 +32,7 @@ def test_logs_are_flattened() -> None:
     log.severity_text = "INFO"
     log.trace_id = bytes(range(16))
     sink = MemorySink()
-    sink(Signal.LOGS, request)
+    sink(Signal.LOGS, request.SerializeToString())
     (record,) = sink.received_logs()
     assert (record.body, record.severity_text) == ("hello", "INFO")
     assert record.trace_id == bytes(range(16)).hex()
@@ -40,7 +40,7 @@ def test_logs_are_flattened() -> None:
 
 def test_wait_for_spans_from_another_thread() -> None:
     sink = MemorySink()
-    threading.Timer(0.05, sink, (Signal.TRACES, spans_request(2))).start()
+    threading.Timer(0.05, sink, (Signal.TRACES, spans_request(2).SerializeToString())).start()
     assert len(sink.wait_for_spans(2, timeout_s=5)) == 2
     with pytest.raises(TimeoutError, match="3 spans"):
         sink.wait_for_spans(3, timeout_s=0.05)

@@ -1,0 +1,124 @@
+"""`Collector`: the single-host default pipeline, wired from one `CollectorConfig`.
+
+    OTLP/HTTP receiver --+                       +--> Prometheus scrape endpoint (/metrics)
+                         +--> MetricStore (shim) +
+    OTLP/gRPC receiver --+                       +--> remote-write exporters (one queue each)
+
+Threads: the receivers' request threads ingest into the store; a housekeeping
+thread expires silent series every second; the scrape endpoint renders under
+the store's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from collector import exposition
+from collector.metric_store import MetricStore, StoreConfig
+from collector.otlp_grpc_receiver import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
+from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
+from collector.scrape_endpoint import ScrapeEndpoint
+from collector.self_telemetry import SelfTelemetry
+
+logger = logging.getLogger("otel_llm.collector")
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Ports 0 pick free ones (read them back from the started `Collector`); None turns a part off."""
+
+    host: str = "127.0.0.1"
+    otlp_http_port: int | None = 4318
+    otlp_grpc_port: int | None = 4317
+    prometheus_port: int | None = 9464
+    store: StoreConfig = StoreConfig()
+    max_body_bytes: int = 16 * 1024 * 1024
+    housekeeping_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port"):
+            port = getattr(self, name)
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"{name} must be in 0..65535, got {port!r}")
+        if self.otlp_http_port is None and self.otlp_grpc_port is None:
+            raise ValueError("at least one OTLP receiver (HTTP or gRPC) must be on")
+        if not self.housekeeping_interval_s > 0:
+            raise ValueError(f"housekeeping_interval_s must be > 0, got {self.housekeeping_interval_s!r}")
+
+
+class Collector:
+    def __init__(self, config: CollectorConfig | None = None):
+        self.config = config = config or CollectorConfig()
+        self.store = MetricStore(config.store)
+        self.telemetry = SelfTelemetry(self.store.num_series)
+        metrics_only = frozenset({Signal.METRICS})
+        self.http = None if config.otlp_http_port is None else OtlpReceiver(
+            self._sink("http"), OtlpReceiverConfig(config.host, config.otlp_http_port, config.max_body_bytes,
+                                                   signals=metrics_only))
+        self.grpc = None if config.otlp_grpc_port is None else OtlpGrpcReceiver(
+            self._sink("grpc"), OtlpGrpcReceiverConfig(config.host, config.otlp_grpc_port, config.max_body_bytes,
+                                                       signals=metrics_only))
+        self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
+            self.render, config.host, config.prometheus_port)
+        self._stop = threading.Event()
+        self._housekeeper: threading.Thread | None = None
+
+    def _sink(self, transport: str):
+        def sink(signal: Signal, payload: bytes) -> PartialSuccess | None:
+            result = self.store.ingest(payload)
+            self.telemetry.count(transport, result.accepted, result.refused)
+            if result.refused:
+                logger.warning("refused %d of %d metric points over %s: %s", result.refused,
+                               result.accepted + result.refused, transport, result.reason)
+                return PartialSuccess(result.refused, result.reason)
+            return None
+
+        return sink
+
+    def render(self, openmetrics: bool = False) -> bytes:
+        own = self.telemetry.families()
+        with self.store.lock:
+            return exposition.render(self.store, openmetrics, own)
+
+    def start(self) -> Collector:
+        for part in (self.http, self.grpc, self.scrape):
+            if part is not None:
+                part.start()
+        self._housekeeper = threading.Thread(target=self._housekeeping, name="collector-housekeeping", daemon=True)
+        self._housekeeper.start()
+        return self
+
+    def _housekeeping(self) -> None:
+        while not self._stop.wait(self.config.housekeeping_interval_s):
+            try:
+                self.store.expire()
+            except Exception:  # housekeeping must keep running
+                logger.exception("collector housekeeping failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        for part in (self.http, self.grpc, self.scrape):
+            if part is not None:
+                part.stop()
+        if self._housekeeper is not None:
+            self._housekeeper.join()
+            self._housekeeper = None
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def describe(self) -> str:
+        """Where it listens, for the startup log line."""
+        parts = []
+        if self.http is not None:
+            parts.append(f"OTLP/HTTP {self.http.endpoint}/v1/metrics")
+        if self.grpc is not None:
+            parts.append(f"OTLP/gRPC {self.grpc.endpoint}")
+        if self.scrape is not None:
+            parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
+        return ", ".join(parts)

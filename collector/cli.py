@@ -1,0 +1,96 @@
+"""`otel-llm collector`: flags -> one `CollectorConfig`, then run until SIGINT/SIGTERM.
+
+The one edge where the collector's flags are read; a bad value fails here with
+exit code 2, naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+import threading
+
+from otel_llm.config import PROFILE_NAMES
+
+logger = logging.getLogger("otel_llm.collector")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration_s(text: str) -> float:
+    """``"5m"``, ``"300s"``, ``"1.5h"``, ``"250ms"`` or plain seconds -> seconds (> 0)."""
+    match = _DURATION.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 300, 300s, 5m, 1h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: must be in 0..65535 (0 = any free port)")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be >= 1")
+    return value
+
+
+duration_s.__name__, _port.__name__, _positive_int.__name__ = "duration", "port", "positive int"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("collector", help="receive OTLP metrics from many servers, expose them to Prometheus",
+                       description="OTLP (HTTP and gRPC) in -> the metric-name shim -> a Prometheus scrape "
+                                   "endpoint. No config file needed.")
+    p.add_argument("--host", default="127.0.0.1", help="address every listener binds (0.0.0.0 for all)")
+    p.add_argument("--otlp-http-port", type=_port, default=4318)
+    p.add_argument("--otlp-grpc-port", type=_port, default=4317)
+    p.add_argument("--prometheus-port", type=_port, default=9464, help="serves /metrics")
+    p.add_argument("--metrics-compat", choices=PROFILE_NAMES, default="vllm",
+                   help="names on /metrics: vLLM's (default) or OTel semconv, as on a server's own /metrics")
+    p.add_argument("--metric-expiry", type=duration_s, default=300.0,
+                   help="drop a series not updated for this long (default 5m)")
+    p.add_argument("--cardinality-limit", type=_positive_int, default=2000,
+                   help="series per metric and sender before the rest go into an otel_metric_overflow series")
+    p.add_argument("--max-series", type=_positive_int, default=200_000, help="series held in all")
+
+
+def config_from_args(args: argparse.Namespace):
+    from collector.app import CollectorConfig
+    from collector.metric_store import StoreConfig
+
+    return CollectorConfig(
+        host=args.host, otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
+        prometheus_port=args.prometheus_port,
+        store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
+                          cardinality_limit=args.cardinality_limit, max_series=args.max_series),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.app import Collector
+
+    collector = Collector(config_from_args(args))
+    try:
+        collector.start()
+    except (OSError, RuntimeError) as exc:  # a port in use (gRPC says RuntimeError)
+        print(f"otel-llm collector: error: cannot listen: {exc}", file=sys.stderr)
+        collector.stop()
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    logger.info("otel-llm collector: %s", collector.describe())
+    print(f"otel-llm collector ready: {collector.describe()}", flush=True)
+    stop.wait()
+    logger.info("otel-llm collector: stopping")
+    collector.stop()
+    return 0

@@ -1,0 +1,83 @@
+"""The Prometheus scrape endpoint: ``GET /metrics`` (text 0.0.4, or OpenMetrics 1.0 when
+the ``Accept`` header asks for it, as Prometheus does), ``GET /`` a pointer to it.
+
+Threads: one accepting thread, one daemon thread per connection; `render` is
+called on those threads and must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from otel_llm.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, negotiate
+
+logger = logging.getLogger(__name__)
+
+
+class ScrapeEndpoint:
+    """Serves ``render(openmetrics: bool) -> bytes`` on ``host:port`` until stopped."""
+
+    def __init__(self, render: Callable[[bool], bytes], host: str = "127.0.0.1", port: int = 0) -> None:
+        self.render, self.host, self.requested_port = render, host, port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("ScrapeEndpoint is not started")
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def start(self) -> None:
+        handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(self.render)})
+        self._server = ThreadingHTTPServer((self.host, self.requested_port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="prometheus-scrape", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join()
+            self._server = self._thread = None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "otel-llm-collector"
+    render: Callable[[bool], bytes]
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            openmetrics = negotiate(self.headers.get("Accept"))
+            try:
+                body = self.render(openmetrics)
+            except Exception:
+                logger.exception("rendering /metrics failed")
+                self._send(500, CONTENT_TYPE_TEXT, b"internal error while rendering metrics\n")
+                return
+            self._send(200, CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT, body)
+        elif path == "/":
+            self._send(200, "text/plain; charset=utf-8", b"otel-llm collector: Prometheus metrics at /metrics\n")
+        else:
+            self._send(404, "text/plain; charset=utf-8", f"unknown path {path!r}; use /metrics\n".encode())
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:
+        logger.debug("%s " + format, self.address_string(), *args)
