@@ -10,6 +10,8 @@ span_id) of any input series summed into it. The caller holds `store.lock`.
 
 from __future__ import annotations
 
+import bisect
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -33,8 +35,7 @@ def render(store: MetricStore, openmetrics: bool = False, own: tuple[SelfFamily,
     for family in store.families.values():
         _header(lines, family.name, family.kind, family.help, openmetrics)
         if family.kind is Kind.HISTOGRAM:
-            for group in family.groups.values():
-                _histogram(lines, family, group, openmetrics)
+            _histograms(lines, family, openmetrics)
         else:
             sample = family.name + ("_total" if family.kind is Kind.COUNTER else "")
             for group in family.groups.values():
@@ -72,25 +73,49 @@ def _number(family: Family, group: Group) -> float:
     return sum(s.value for s in members)
 
 
-def _histogram(lines: list[str], family: Family, group: Group, openmetrics: bool) -> None:
-    members = [s for s in group.members if s.counts is not None]
-    if not members:
+def _histograms(lines: list[str], family: Family, openmetrics: bool) -> None:
+    """All series of a histogram family. Their bucket counts (usually of one shape) are summed per
+    exposed series and made cumulative in a few array operations for the whole family."""
+    groups, members, starts = [], [], []
+    for group in family.groups.values():
+        with_data = [s for s in group.members if s.counts is not None]
+        if with_data:
+            starts.append(len(members))
+            groups.append(group)
+            members.extend(with_data)
+    if not groups:
         return
-    counts = members[0].counts if len(members) == 1 else np.sum([s.counts for s in members], axis=0)
-    total_sum = sum(s.sum for s in members)
-    cache = group.cache
-    if cache is None:
-        cache = group.cache = _histogram_prefixes(family, group)
-    prefixes, pos, p_sum, p_count = cache
-    cum = np.cumsum(counts)
-    values = cum[pos].tolist() + [int(cum[-1])] if len(cum) else [0]
-    if openmetrics and any(s.exemplars for s in members):
-        exemplars = _exemplars(members, pos, len(counts))
-        lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, exemplars))
-    else:
-        lines.extend(p + str(v) for p, v in zip(prefixes, values))
-    lines.append(p_sum + format_value(total_sum))
-    lines.append(p_count + str(values[-1]))
+    shapes = {g.bounds_raw for g in groups}
+    if len(shapes) > 1:  # bounds differ between series: one at a time
+        for group, start, end in zip(groups, starts, starts[1:] + [len(members)]):
+            _emit(lines, family, [group], members[start:end], [0], openmetrics)
+        return
+    _emit(lines, family, groups, members, starts, openmetrics)
+
+
+def _emit(lines, family: Family, groups: list[Group], members: list, starts: list[int], openmetrics: bool) -> None:
+    """`groups` share one bucket layout; group i sums members[starts[i]:starts[i+1]]."""
+    counts = np.frombuffer(b"".join(s.counts for s in members), "<u8").reshape(len(members), -1)
+    if len(members) != len(groups):
+        counts = np.add.reduceat(counts, starts, axis=0)
+    cum = np.cumsum(counts, axis=1)
+    caches = []
+    for group in groups:
+        if group.cache is None:
+            group.cache = _histogram_prefixes(family, group)
+        caches.append(group.cache)
+    pos = caches[0][1]
+    table = np.concatenate([cum[:, pos], cum[:, -1:]], axis=1).tolist()
+    ends = starts[1:] + [len(members)]
+    for group, (prefixes, _, exposed_bounds, p_sum, p_count), row, start, end in zip(
+            groups, caches, table, starts, ends):
+        own = members[start:end]
+        values = list(map(str, row))
+        if openmetrics and any(s.exemplars for s in own):
+            values = list(map(operator.add, values, _exemplars(own, exposed_bounds)))
+        lines.extend(map(operator.add, prefixes, values))
+        lines.append(p_sum + format_value(sum(s.sum for s in own)))
+        lines.append(p_count + str(row[-1]))
 
 
 def _histogram_prefixes(family: Family, group: Group):
@@ -103,21 +128,22 @@ def _histogram_prefixes(family: Family, group: Group):
     name, labels = family.name, group.labels
     prefixes = [f'{name}_bucket{{{labels}{sep}le="{format_value(b)}"}} ' for b in wanted.tolist()]
     prefixes.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} ')
-    return prefixes, pos, f"{name}_sum{{{labels}}} ", f"{name}_count{{{labels}}} "
+    return prefixes, pos, wanted.tolist(), f"{name}_sum{{{labels}}} ", f"{name}_count{{{labels}}} "
 
 
-def _exemplars(members, pos: np.ndarray, num_buckets: int) -> list[str]:
-    """Per exposed bucket, the latest exemplar among the input buckets it covers (or '')."""
-    edges = pos.tolist() + [num_buckets - 1]
-    out = []
-    lo = 0
-    for hi in edges:
-        best = None
-        for s in members:
-            if s.exemplars:
-                for bucket, ex in s.exemplars.items():
-                    if lo <= bucket <= hi and (best is None or ex[2] > best[2]):
-                        best = ex
-        out.append("" if best is None else f" # {{{best[0]}}} {format_value(best[1])} {best[2] / 1e9:.3f}")
-        lo = hi + 1
+def _exemplars(members, exposed_bounds: list[float]) -> list[str]:
+    """Per exposed bucket (value in (bounds[j-1], bounds[j]]; the last is +Inf), the OpenMetrics
+    suffix of the latest exemplar of any member that falls in it, or ''."""
+    latest: dict[int, tuple] = {}
+    for s in members:
+        for e in s.exemplars or ():
+            value, when = e.as_double or e.as_int, e.time_unix_nano
+            bucket = bisect.bisect_left(exposed_bounds, value)
+            if bucket not in latest or when > latest[bucket][3]:
+                latest[bucket] = (e.trace_id, e.span_id, value, when)
+    out = [""] * (len(exposed_bounds) + 1)
+    for bucket, (trace_id, span_id, value, when) in latest.items():
+        if len(trace_id) == 16 and len(span_id) == 8:
+            out[bucket] = (f' # {{trace_id="{trace_id.hex()}",span_id="{span_id.hex()}"}} '
+                           f"{format_value(value)} {when / 1e9:.3f}")
     return out

@@ -66,33 +66,52 @@ class IngestResult(NamedTuple):
 
 
 class Series:
-    """One input series' latest state. Histograms: `counts` per input bucket (not cumulative)."""
+    """One input series' latest state. Histograms: `counts` is the bucket counts (not cumulative)
+    as little-endian uint64 bytes, exactly as they came on the wire; `exemplars` the latest
+    point's exemplars (a view of the request they came in; read at exposition)."""
 
-    __slots__ = ("key", "group", "route", "start_ns", "time_ns", "seen_s", "value", "counts", "bounds",
-                 "count", "sum", "exemplars")
+    __slots__ = ("key", "group", "route", "start_ns", "time_ns", "seen_s", "value", "counts", "count", "sum",
+                 "exemplars")
 
     def __init__(self, key: tuple, group: Group, route: Route):
         self.key, self.group, self.route = key, group, route
         self.start_ns = self.time_ns = 0
         self.seen_s = 0.0
         self.value = 0.0
-        self.counts: np.ndarray | None = None
-        self.bounds: np.ndarray | None = None
+        self.counts: bytes | None = None
         self.count = 0
         self.sum = 0.0
-        self.exemplars: dict[int, tuple[str, float, int]] | None = None  # bucket -> (labels, value, time_ns)
+        self.exemplars = None
 
 
 class Group:
     """One exposed Prometheus series: a family, a label set, the input series summed into it."""
 
-    __slots__ = ("family", "labels", "members", "bounds", "cache")
+    __slots__ = ("family", "labels", "members", "bounds", "bounds_raw", "bounds_list", "cache")
 
     def __init__(self, family: Family, labels: str):
         self.family, self.labels = family, labels
         self.members: list[Series] = []
         self.bounds: np.ndarray | None = None  # input bucket bounds shared by all members
+        self.bounds_raw: bytes | None = None  # the same as packed little-endian doubles, as on the wire
+        self.bounds_list: list[float] = []
         self.cache: tuple | None = None  # the exposition's line prefixes
+
+    def set_bounds(self, bounds: np.ndarray) -> None:
+        self.bounds = np.array(bounds, np.float64)
+        self.bounds_raw = self.bounds.astype("<f8").tobytes()
+        self.bounds_list = self.bounds.tolist()
+
+
+class MetricSeries:
+    """The input series of one metric of one sender (resource, scope): the unit of the cardinality limit."""
+
+    __slots__ = ("key", "series", "own", "overflowed")
+
+    def __init__(self, key: tuple):
+        self.key = key  # (resource, scope, metric name)
+        self.series: dict[tuple[bytes, ...], Series] = {}  # raw attributes -> series
+        self.own = self.overflowed = 0
 
 
 class Family:
@@ -113,9 +132,10 @@ class MetricStore:
         self.lock = threading.Lock()
         self.families: dict[str, Family] = {}
         self.resources: dict[bytes, ResourceInfo] = {}
-        self._series: dict[tuple, Series] = {}
-        self._per_metric: dict[tuple, list[int]] = {}  # (resource, metric) -> [own, overflowed]
-        self._routes: dict[tuple, Route | None] = {}
+        self._metrics: dict[tuple, MetricSeries] = {}  # (resource, scope, metric name) -> its series
+        self._num_series = 0
+        self._routes: dict[tuple, Route | None] = {}  # (scope, name, kind, monotonic) -> route; None: dropped
+        self._known: dict[tuple, tuple[Route, MetricSeries]] = {}  # (resource, scope, name, kind, monotonic)
         self._clock = clock
 
     # -- ingestion -----------------------------------------------------------------------
@@ -158,124 +178,174 @@ class MetricStore:
             return 0, 0, ""
         data = getattr(metric, kind)
         points = data.data_points
-        if kind in ("exponential_histogram", "summary"):
-            return 0, len(points), f"{metric.name}: {kind} points are not supported (use explicit buckets)"
-        monotonic = kind == "sum" and data.is_monotonic
-        temporality = data.aggregation_temporality if kind != "gauge" else wire.CUMULATIVE
-        if temporality not in (wire.DELTA, wire.CUMULATIVE):
-            return 0, len(points), f"{metric.name}: aggregation temporality unspecified"
-        route_key = (scope, metric.name, kind, monotonic, metric.unit)
-        route = self._routes.get(route_key, False)
-        if route is False:
-            try:
-                route = self._routes[route_key] = self.router.route(scope, metric, kind, monotonic)
-            except (DecodeError, ValueError) as exc:
-                return 0, len(points), f"{metric.name}: {exc}"
-        if route is None:
-            return len(points), 0, ""  # a canonical instrument the profile does not expose
-        delta = temporality == wire.DELTA
+        name = metric.name
+        if kind == "gauge":
+            monotonic, temporality = False, wire.CUMULATIVE
+        elif kind in ("sum", "histogram"):
+            monotonic, temporality = kind == "sum" and data.is_monotonic, data.aggregation_temporality
+            if temporality not in (wire.DELTA, wire.CUMULATIVE):
+                return 0, len(points), f"{name}: aggregation temporality unspecified"
+        else:
+            return 0, len(points), f"{name}: {kind} points are not supported (use explicit buckets)"
+        known = self._known.get((resource_key, scope, name, kind, monotonic))
+        if known is None:
+            route = self._routes.get((scope, name, kind, monotonic), False)
+            if route is False:
+                try:
+                    route = self._routes[(scope, name, kind, monotonic)] = self.router.route(scope, metric, kind,
+                                                                                             monotonic)
+                except (DecodeError, ValueError) as exc:
+                    return 0, len(points), f"{name}: {exc}"
+            if route is None:
+                return len(points), 0, ""  # a canonical instrument the profile does not expose
+            series = self._metrics.get((resource_key, scope, name))
+            if series is None:
+                series = self._metrics[(resource_key, scope, name)] = MetricSeries((resource_key, scope, name))
+            known = self._known[(resource_key, scope, name, kind, monotonic)] = (route, series)
+        route, series = known
+        apply = self._histogram_points if kind == "histogram" else self._number_points
+        ok, bad, reason = apply(points, temporality == wire.DELTA, resource, series, route, now)
+        return ok, bad, (f"{name}: {reason}" if reason else "")
+
+    # The two loops below are the ingest hot path (one iteration per data point): the series
+    # key is the raw attribute bytes, and values are read as few times as possible.
+
+    def _number_points(self, points, delta, resource, metric, route, now):
         ok = bad = 0
         reason = ""
-        series_map = self._series
-        for point in points:
-            key = (resource_key, scope, metric.name, tuple(point.attributes))
-            series = series_map.get(key)
-            if series is None:
-                series, why = self._new_series(key, resource, route, point)
-                if series is None:
+        series_map = metric.series
+        for p in points:
+            attributes = tuple(p.attributes)
+            s = series_map.get(attributes)
+            if s is None:
+                s, reason_new = self._new_series(metric, attributes, resource, route)
+                if s is None:
+                    bad += 1
+                    reason = reason_new
+                    continue
+            s.seen_s = now
+            ok += 1
+            if p.flags & wire.FLAG_NO_RECORDED_VALUE:
+                continue
+            t = p.time_unix_nano
+            value = p.as_double or p.as_int  # a oneof: the unset one reads 0
+            if delta:
+                start = p.start_time_unix_nano
+                if s.time_ns and start < s.time_ns:
+                    ok -= 1
+                    bad += 1
+                    reason = "delta point overlaps the previous one"
+                    continue
+                if not s.start_ns:
+                    s.start_ns = start
+                s.value += value
+                s.time_ns = t
+            else:
+                start = p.start_time_unix_nano
+                if start != s.start_ns or t >= s.time_ns:  # newer, or the sender restarted
+                    s.value, s.start_ns, s.time_ns = value, start, t
+        return ok, bad, reason
+
+    def _histogram_points(self, points, delta, resource, metric, route, now):
+        ok = bad = 0
+        reason = ""
+        series_map = metric.series
+        for p in points:
+            attributes = tuple(p.attributes)
+            s = series_map.get(attributes)
+            if s is None:
+                s, reason_new = self._new_series(metric, attributes, resource, route)
+                if s is None:
+                    bad += 1
+                    reason = reason_new
+                    continue
+            if p.flags & wire.FLAG_NO_RECORDED_VALUE:
+                s.seen_s = now
+                ok += 1
+                continue
+            t, start = p.time_unix_nano, p.start_time_unix_nano
+            restart = start != s.start_ns
+            if delta:
+                if s.time_ns and start < s.time_ns:
+                    bad += 1
+                    reason = "delta point overlaps the previous one"
+                    continue
+            elif not restart and t < s.time_ns:
+                s.seen_s = now
+                ok += 1
+                continue  # older than what we have
+            counts, bounds = p.bucket_counts, p.explicit_bounds
+            if bounds != s.group.bounds_raw or (not counts and p.count):
+                counts, why = self._odd_histogram(s, p)
+                if why:
                     bad += 1
                     reason = why
                     continue
-            why = self._apply(series, route.kind, point, delta)
-            if why:
-                bad += 1
-                reason = f"{metric.name}: {why}"
-            else:
-                ok += 1
-                series.seen_s = now
-        return ok, bad, reason
-
-    def _apply(self, s: Series, kind: Kind, p, delta: bool) -> str:
-        """Update `s` from point `p`; returns why the point was refused, "" if taken."""
-        if p.flags & wire.FLAG_NO_RECORDED_VALUE:
-            return ""
-        t, start = p.time_unix_nano, p.start_time_unix_nano
-        if t < s.time_ns and (delta or start == s.start_ns):
-            return "" if not delta else "delta point older than the last one"
-        if delta and s.time_ns and start < s.time_ns:
-            return "delta point overlaps the previous one"
-        restart = not delta and start != s.start_ns
-        if kind is Kind.HISTOGRAM:
-            counts, bounds = wire.histogram_arrays(p)
-            if s.group.bounds is None:
-                s.group.bounds = bounds.copy()
-            elif not np.array_equal(bounds, s.group.bounds):
-                return "bucket bounds differ from the series' earlier ones"
             if delta and s.counts is not None:
-                s.counts = s.counts + counts
+                s.counts = (np.frombuffer(s.counts, "<u8") + np.frombuffer(counts, "<u8")).tobytes()
                 s.count += p.count
                 s.sum += p.sum
             else:
                 s.counts, s.count, s.sum = counts, p.count, p.sum
-                if restart:
-                    s.exemplars = None
-            s.bounds = s.group.bounds
-            if len(p.exemplars):
-                self._exemplars(s, p.exemplars)
-        elif delta:  # a sum (gauges are never delta)
-            s.value += wire.number_value(p)
-        else:
-            s.value = wire.number_value(p)
-        if restart or not s.start_ns:
-            s.start_ns = start
-        s.time_ns = t
-        return ""
+                s.start_ns = start
+            exemplars = p.exemplars
+            if len(exemplars):
+                s.exemplars = exemplars  # the latest point's, as the OpenTelemetry Collector keeps them
+            elif restart and not delta:
+                s.exemplars = None
+            s.time_ns = t
+            s.seen_s = now
+            ok += 1
+        return ok, bad, reason
 
     @staticmethod
-    def _exemplars(s: Series, exemplars) -> None:
-        kept = s.exemplars if s.exemplars is not None else {}
-        bounds = s.bounds
-        for e in exemplars:
-            if len(e.trace_id) != 16 or len(e.span_id) != 8:
-                continue
-            value = wire.number_value(e)
-            bucket = int(np.searchsorted(bounds, value, side="left"))
-            labels = f'trace_id="{e.trace_id.hex()}",span_id="{e.span_id.hex()}"'
-            kept[bucket] = (labels, value, e.time_unix_nano)
-        s.exemplars = kept
+    def _odd_histogram(s: Series, p) -> tuple[bytes, str]:
+        """The first point of a group (its bounds are set here), or bounds that differ, or counts
+        written unpacked: -> (bucket counts as little-endian uint64 bytes, why refused or "")."""
+        counts, bounds = wire.histogram_arrays(p)
+        group = s.group
+        if group.bounds_raw is None:
+            group.set_bounds(bounds)
+        elif not np.array_equal(bounds, group.bounds):
+            return b"", "bucket bounds differ from the series' earlier ones"
+        if len(counts) != len(group.bounds) + 1:
+            return b"", f"{len(counts)} bucket counts for {len(group.bounds)} bounds"
+        return counts.astype("<u8").tobytes(), ""
 
-    def _new_series(self, key: tuple, resource: ResourceInfo, route: Route, point):
-        if len(self._series) >= self.config.max_series:
+    def _new_series(self, metric: MetricSeries, attributes: tuple, resource: ResourceInfo, route: Route):
+        name = metric.key[2]
+        if self._num_series >= self.config.max_series:
             return None, f"the collector holds its limit of {self.config.max_series} series"
-        counts = self._per_metric.setdefault((key[0], key[2]), [0, 0])
         limit = self.config.cardinality_limit
-        if counts[0] < limit:
+        overflow = metric.own >= limit
+        if not overflow:
             try:
-                labels, siblings = route.labels(wire.decode_key_values(key[3]), resource)
+                labels, siblings = route.labels(wire.decode_key_values(attributes), resource)
             except (DecodeError, ValueError) as exc:
-                return None, f"{key[2]}: bad attributes: {exc}"
-            counts[0] += 1
-        elif counts[1] < limit:
+                return None, f"bad attributes: {exc}"
+        elif metric.overflowed < limit:
             labels, siblings = route.overflow_labels(resource), ()
-            counts[1] += 1
         else:
-            return None, (f"{key[2]}: cardinality limit of {limit} series per metric and resource "
-                          f"exceeded, overflow series full")
+            return None, f"cardinality limit of {limit} series per metric and sender exceeded, overflow series full"
         family = self.families.get(route.family)
         if family is None:
             family = self.families[route.family] = Family(route.family, route.kind, route.help, route.buckets)
         elif family.kind is not route.kind:
-            counts[0 if OVERFLOW_LABEL not in labels else 1] -= 1
-            return None, f"{key[2]}: {route.family} is already a {family.kind.value}, not a {route.kind.value}"
+            return None, f"{route.family} is already a {family.kind.value}, not a {route.kind.value}"
         group = family.groups.get(labels)
         if group is None:
             group = family.groups[labels] = Group(family, labels)
             for sibling in siblings:
                 family.groups.setdefault(sibling, Group(family, sibling))
                 family.keep_empty = True
-        series = Series(key, group, route)
+        series = Series((metric, attributes, overflow), group, route)
         group.members.append(series)
-        self._series[key] = series
+        metric.series[attributes] = series
+        if overflow:
+            metric.overflowed += 1
+        else:
+            metric.own += 1
+        self._num_series += 1
         resource.num_series += 1
         return series, ""
 
@@ -284,32 +354,42 @@ class MetricStore:
     def expire(self) -> int:
         """Remove series not updated for `expiry_s` (and resources left without series)."""
         deadline = self._clock() - self.config.expiry_s
+        removed = 0
         with self.lock:
-            stale = [s for s in self._series.values() if s.seen_s < deadline]
-            for s in stale:
-                del self._series[s.key]
-                group, family = s.group, s.group.family
-                group.members.remove(s)
-                per_metric = self._per_metric.get((s.key[0], s.key[2]))
-                if per_metric is not None:
-                    per_metric[1 if OVERFLOW_LABEL in group.labels else 0] -= 1
-                    if per_metric == [0, 0]:
-                        del self._per_metric[(s.key[0], s.key[2])]
-                resource = self.resources.get(s.key[0])
-                if resource is not None:
-                    resource.num_series -= 1
-                if not any(g.members for g in family.groups.values()):
-                    del self.families[family.name]
-                elif not group.members and not family.keep_empty:
-                    del family.groups[group.labels]
+            for metric_key, metric in list(self._metrics.items()):
+                stale = [s for s in metric.series.values() if s.seen_s < deadline]
+                for s in stale:
+                    self._remove(metric, s)
+                removed += len(stale)
+                if not metric.series:
+                    del self._metrics[metric_key]
+                    for known_key in [k for k, (_, m) in self._known.items() if m is metric]:
+                        del self._known[known_key]
             for key, resource in list(self.resources.items()):
                 if resource.num_series <= 0 and resource.seen_s < deadline:
                     del self.resources[key]
-        return len(stale)
+        return removed
+
+    def _remove(self, metric: MetricSeries, s: Series) -> None:
+        _, attributes, overflow = s.key
+        del metric.series[attributes]
+        if overflow:
+            metric.overflowed -= 1
+        else:
+            metric.own -= 1
+        self._num_series -= 1
+        resource = self.resources.get(metric.key[0])
+        if resource is not None:
+            resource.num_series -= 1
+        group, family = s.group, s.group.family
+        group.members.remove(s)
+        if not any(g.members for g in family.groups.values()):
+            del self.families[family.name]
+        elif not group.members and not family.keep_empty:
+            del family.groups[group.labels]
 
     def num_series(self) -> int:
-        with self.lock:
-            return len(self._series)
+        return self._num_series
 
 
 def _count_points(rm) -> int:

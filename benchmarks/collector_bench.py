@@ -1,0 +1,220 @@
+"""The collector's costs: OTLP ingestion per CPU-second, and the scrape of a fleet.
+
+Prints one JSON object:
+- ingest: an `otel-llm collector` subprocess receives OTLP/HTTP protobuf and
+  OTLP/gRPC exports from `--servers` distinct servers (each export is what
+  `otel-llm serve` pushes: every family of the vllm profile populated, exemplars
+  included), sent by this process as fast as the collector answers. Reported:
+  data points the collector accepted (its own `otelcol_receiver_accepted_metric_points`)
+  per CPU-second of the collector process (/proc utime+stime), per transport, both
+  one server's export per request and `--batch` exports per request (what an agent
+  forwarding for several servers sends). `store_only` is the store's decode+apply
+  without any transport, in-process.
+- scrape: the collector's exposition of `--servers` servers x the full vllm profile,
+  median ms over repeats, text and OpenMetrics.
+
+Targets (issue 10): >= 200,000 points per CPU-second over each transport; the scrape
+of 50 servers in <= 20 ms.
+
+Usage: python benchmarks/collector_bench.py [--quick] [--servers 50] [--seconds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import encode_metrics
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from collector.exposition import render  # noqa: E402
+from collector.metric_store import MetricStore  # noqa: E402
+from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig  # noqa: E402
+from otel_llm.bridge import to_metrics_data  # noqa: E402
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_REASONS = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.ABORT)
+
+
+def server_export(index: int, requests: int = 48) -> ExportMetricsServiceRequest:
+    """One server's OTLP export after `requests` requests over both operations and three finish reasons."""
+    tel = Telemetry(TelemetryConfig(model_name="bench-model", log_stats=False, tracer_provider=TracerProvider(),
+                                    cache_config={"block_size": "16", "num_gpu_blocks": "4096"}))
+    rec = StepRecorder()
+    for i in range(requests):
+        rid = tel.arrival(RequestInfo(f"r{i}", prompt_tokens=20 + i, max_tokens=8,
+                                      operation="chat" if i % 2 else "text_completion"))
+        rec.queued(rid)
+        rec.scheduled(rid, num_cached_tokens=i % 16)
+        tel.ingest(rec.end_step_bytes(20 + i))
+        for k in range(1 + i % 7):
+            rec.outputs([rid], 1)
+            rec.snapshot(SchedulerSnapshot(running=4, waiting=i % 3, kv_usage=0.3, prefix_queries=32, prefix_hits=8))
+            tel.ingest(rec.end_step_bytes(0))
+        rec.finished(rid, _REASONS[i % 3])
+        tel.ingest(rec.end_step_bytes(0))
+    resource = Resource.create({"service.name": "otel-llm", "service.instance.id": f"server-{index:03d}"})
+    return encode_metrics(to_metrics_data([tel], resource))
+
+
+def num_points(request: ExportMetricsServiceRequest) -> int:
+    return sum(len(getattr(m, m.WhichOneof("data")).data_points)
+               for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+
+
+def batched(exports: list[ExportMetricsServiceRequest], size: int) -> list[bytes]:
+    out = []
+    for i in range(0, len(exports), size):
+        merged = ExportMetricsServiceRequest()
+        for e in exports[i:i + size]:
+            merged.resource_metrics.extend(e.resource_metrics)
+        out.append(merged.SerializeToString())
+    return out
+
+
+class CollectorProcess:
+    """`otel-llm collector` on free ports, in its own process."""
+
+    def __enter__(self) -> CollectorProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server", "collector", "--otlp-http-port", "0", "--otlp-grpc-port", "0",
+             "--prometheus-port", "0"], cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        found = re.search(r"OTLP/HTTP http://([\d.]+):(\d+)/v1/metrics, OTLP/gRPC ([\d.:]+), "
+                          r"Prometheus http://[\d.]+:(\d+)/metrics", line)
+        if found is None:
+            self.proc.kill()
+            raise RuntimeError(f"collector did not start: {line!r}")
+        self.http_port, self.grpc_target, self.prom_port = int(found[2]), found[3], int(found[4])
+        return self
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+    def accepted(self) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", self.prom_port, timeout=30)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        return sum(float(m) for m in re.findall(r"^otelcol_receiver_accepted_metric_points_total\{.*\} (\S+)$",
+                                                text, re.M))
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def send_http(port: int, bodies: list[bytes], seconds: float) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Content-Type": "application/x-protobuf"}
+    sent, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for body in bodies:
+            conn.request("POST", "/v1/metrics", body, headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"collector answered {response.status}")
+            sent += 1
+    return sent
+
+
+def send_grpc(target: str, bodies: list[bytes], seconds: float) -> int:
+    with grpc.insecure_channel(target) as channel:
+        export = channel.unary_unary("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+                                     request_serializer=None, response_deserializer=None)
+        sent, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for body in bodies:
+                export(body, timeout=30)
+                sent += 1
+    return sent
+
+
+def ingest_rate(transport: str, bodies: list[bytes], seconds: float) -> dict:
+    with CollectorProcess() as collector:
+        send = send_http if transport == "http" else send_grpc
+        where = collector.http_port if transport == "http" else collector.grpc_target
+        send(where, bodies[:2], 0.3)  # warm up: series created, caches filled
+        before_cpu, before_points = collector.cpu_s(), collector.accepted()
+        requests = send(where, bodies, seconds)
+        cpu, points = collector.cpu_s() - before_cpu, collector.accepted() - before_points
+    return {"points_per_cpu_s": round(points / cpu), "collector_cpu_s": round(cpu, 2), "requests": requests,
+            "points": int(points), "points_per_request": round(points / requests, 1)}
+
+
+def store_only(bodies: list[bytes], repeats: int) -> float:
+    store = MetricStore()
+    for body in bodies:
+        store.ingest(body)
+    start, points = time.process_time(), 0
+    for _ in range(repeats):
+        for body in bodies:
+            points += store.ingest(body).accepted
+    return round(points / (time.process_time() - start))
+
+
+def scrape_ms(bodies: list[bytes], repeats: int) -> dict:
+    """Every series fresh before each render (all servers pushed since the last scrape); the
+    line prefixes cached from the first render, as in a running collector."""
+    store = MetricStore()
+    for body in bodies:
+        store.ingest(body)
+    out = {"series": store.num_series()}
+    for label, openmetrics in (("text_ms", False), ("openmetrics_ms", True)):
+        times = []
+        for _ in range(repeats):
+            for body in bodies:
+                store.ingest(body)
+            start = time.perf_counter()
+            with store.lock:
+                text = render(store, openmetrics)
+            times.append((time.perf_counter() - start) * 1000)
+        out[label] = round(statistics.median(times), 2)
+        out[label.replace("_ms", "_lines")] = text.count(b"\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short runs (a smoke test, not a measurement)")
+    parser.add_argument("--servers", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=10, help="server exports per request in the batched runs")
+    parser.add_argument("--seconds", type=float, default=4.0, help="sending time per ingest run")
+    args = parser.parse_args(argv)
+    seconds = 0.5 if args.quick else args.seconds
+    exports = [server_export(i) for i in range(args.servers)]
+    single = batched(exports, 1)
+    grouped = batched(exports, args.batch)
+    result = {"servers": args.servers, "points_per_export": num_points(exports[0]),
+              "export_bytes": len(single[0])}
+    result["store_only_points_per_cpu_s"] = store_only(single, 2 if args.quick else 20)
+    for transport in ("http", "grpc"):
+        result[f"ingest_{transport}"] = ingest_rate(transport, single, seconds)
+        result[f"ingest_{transport}_batched"] = ingest_rate(transport, grouped, seconds)
+    result["scrape"] = scrape_ms(single, 5 if args.quick else 30)
+    result["targets_met"] = {
+        "ingest_http_200k_per_cpu_s": result["ingest_http_batched"]["points_per_cpu_s"] >= 200_000,
+        "ingest_grpc_200k_per_cpu_s": result["ingest_grpc_batched"]["points_per_cpu_s"] >= 200_000,
+        "scrape_50_servers_20ms": result["scrape"]["openmetrics_ms"] <= 20 and args.servers >= 50,
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
