@@ -1,0 +1,178 @@
+"""Everything on one host: N `otel-llm serve` processes push OTLP metrics to one
+`otel-llm collector`, and a real Prometheus (Debian's `prometheus` package) scrapes
+the collector with a generated `prometheus.yml`.
+
+    python examples/local/run_local.py                  # bring it up, send a load, check, stop
+    python examples/local/run_local.py --keep-running   # ... and leave it up until Ctrl-C
+
+It sends `--requests` chat completions to every server with the `openai` client,
+then waits until Prometheus reports exactly that many finished requests per
+server instance and in total (`sum(vllm:request_success_total)`), and prints what
+a dashboard would query. Exit code 0 when the totals are exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from openai import OpenAI
+
+REPO = Path(__file__).resolve().parents[2]
+OTEL_LLM = [shutil.which("otel-llm")] if shutil.which("otel-llm") else [sys.executable, "-m", "server"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prometheus_config(collector: str, scrape_interval: str) -> dict:
+    """Scrape the collector; honor_labels keeps each server's own job/instance labels."""
+    return {"global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+            "scrape_configs": [{"job_name": "otel-llm-collector", "honor_labels": True,
+                                "static_configs": [{"targets": [collector]}]}]}
+
+
+def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: process exited with {proc.returncode}")
+        try:
+            result = check()
+            if result:
+                return result
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def promql(prometheus: str, query: str) -> list[dict]:
+    return get_json(f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query}))["data"]["result"]
+
+
+class Stack:
+    """The processes, stopped in reverse order; their logs in `workdir`."""
+
+    def __init__(self, workdir: Path):
+        self.workdir, self.procs = workdir, []
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "w")
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        self.procs.append((name, proc))
+        print(f"started {name} (pid {proc.pid}, log {log.name})", flush=True)
+        return proc
+
+    def stop(self) -> None:
+        for name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def run(args: argparse.Namespace, stack: Stack) -> int:
+    if shutil.which("prometheus") is None:
+        print("error: 'prometheus' not found; install Debian's package: apt-get install -y prometheus", file=sys.stderr)
+        return 2
+    otlp_port, prom_port = free_port(), free_port()
+    collector = stack.start("collector", [*OTEL_LLM, "collector", "--otlp-http-port", str(otlp_port),
+                                          "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)])
+    wait_for("the collector", lambda: b"otelcol_" in urllib.request.urlopen(
+        f"http://127.0.0.1:{prom_port}/metrics", timeout=2).read(), 30, collector)
+    urls = []
+    for i in range(args.servers):
+        port = free_port()
+        proc = stack.start(f"server-{i}", [*OTEL_LLM, "serve", "--model", "dummy", "--port", str(port),
+                                           "--otlp-metrics-endpoint", f"http://127.0.0.1:{otlp_port}"],
+                           env={"OTEL_METRIC_EXPORT_INTERVAL": str(args.export_interval_ms)})
+        urls.append(f"http://127.0.0.1:{port}")
+        wait_for(f"server {i}", lambda: get_json(f"{urls[-1]}/health")["status"] == "ok", 120, proc)
+    config = stack.workdir / "prometheus.yml"
+    config.write_text(json.dumps(prometheus_config(f"127.0.0.1:{prom_port}", "1s"), indent=2))  # JSON is YAML
+    prometheus = f"http://127.0.0.1:{free_port()}"
+    proc = stack.start("prometheus", ["prometheus", f"--config.file={config}",
+                                      f"--storage.tsdb.path={stack.workdir / 'data'}",
+                                      f"--web.listen-address={prometheus.removeprefix('http://')}"])
+    wait_for("Prometheus", lambda: urllib.request.urlopen(f"{prometheus}/-/ready", timeout=2).status == 200, 60, proc)
+
+    print(f"sending {args.requests} chat completions to each of {args.servers} servers", flush=True)
+    for url in urls:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused")
+        for i in range(args.requests):
+            client.chat.completions.create(model="dummy", max_tokens=8,
+                                           messages=[{"role": "user", "content": f"question {i}"}])
+
+    def exact():
+        per_instance = {r["metric"].get("instance", ""): float(r["value"][1])
+                        for r in promql(prometheus, "sum by (instance) (vllm:request_success_total)")}
+        return per_instance if (len(per_instance) == args.servers
+                                and all(v == args.requests for v in per_instance.values())) else None
+
+    per_instance = wait_for("Prometheus to see every request", exact, 60)
+    total = float(promql(prometheus, "sum(vllm:request_success_total)")[0]["value"][1])
+    p50 = promql(prometheus, "histogram_quantile(0.5, sum by (le) (vllm:time_to_first_token_seconds_bucket))")
+    print(json.dumps({"requests_sent": args.requests * args.servers, "sum_request_success_total": total,
+                      "per_instance": per_instance, "ttft_p50_s": float(p50[0]["value"][1]) if p50 else None,
+                      "prometheus": prometheus, "collector_metrics": f"http://127.0.0.1:{prom_port}/metrics",
+                      "servers": urls}, indent=1), flush=True)
+    if total != args.requests * args.servers:
+        print("error: totals differ", file=sys.stderr)
+        return 1
+    print("totals exact", flush=True)
+    if args.keep_running:
+        print("running; Ctrl-C to stop", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=8, help="chat completions per server")
+    parser.add_argument("--export-interval-ms", type=int, default=1000, help="the servers' OTEL_METRIC_EXPORT_INTERVAL")
+    parser.add_argument("--keep-running", action="store_true")
+    parser.add_argument("--workdir", default=None, help="logs, prometheus.yml and Prometheus' data (default: a temp dir)")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="otel-llm-local-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    stack = Stack(workdir)
+    code = 1
+    try:
+        code = run(args, stack)
+    except RuntimeError as exc:
+        print(f"error: {exc} (logs in {workdir})", file=sys.stderr)
+    finally:
+        stack.stop()
+    if code == 0 and args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
