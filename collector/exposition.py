@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from collector.metric_store import Family, Group, MetricStore
-from otel_llm.exposition import escape_label_value, format_value
+from otel_llm.exposition import escape_label_value, format_value, label_text
 from otel_llm.instruments import Kind
 
 
@@ -43,7 +43,7 @@ def render(store: MetricStore, openmetrics: bool = False, own: tuple[SelfFamily,
                 if prefix is None:
                     prefix = group.cache = f"{sample}{{{group.labels}}} "
                 lines.append(prefix + format_value(_number(family, group)))
-    targets = [r.target_labels for r in store.resources.values() if r.num_series > 0]
+    targets = [label_text(r.target_pairs) for r in store.resources.values() if r.num_series > 0]
     if targets:
         _header(lines, "target_info", Kind.GAUGE, "Target metadata", openmetrics)
         lines.extend(f"target_info{{{labels}}} 1" for labels in targets)
@@ -102,7 +102,7 @@ def _emit(lines, family: Family, groups: list[Group], members: list, starts: lis
     caches = []
     for group in groups:
         if group.cache is None:
-            group.cache = _histogram_prefixes(family, group)
+            group.cache = histogram_prefixes(family, group)
         caches.append(group.cache)
     pos = caches[0][1]
     table = np.concatenate([cum[:, pos], cum[:, -1:]], axis=1).tolist()
@@ -118,7 +118,7 @@ def _emit(lines, family: Family, groups: list[Group], members: list, starts: lis
         lines.append(p_count + str(row[-1]))
 
 
-def _histogram_prefixes(family: Family, group: Group):
+def histogram_prefixes(family: Family, group: Group):
     bounds = group.bounds
     wanted = np.asarray(family.buckets if family.buckets is not None else bounds, np.float64)
     pos = np.searchsorted(bounds, wanted)
@@ -131,19 +131,24 @@ def _histogram_prefixes(family: Family, group: Group):
     return prefixes, pos, wanted.tolist(), f"{name}_sum{{{labels}}} ", f"{name}_count{{{labels}}} "
 
 
-def _exemplars(members, exposed_bounds: list[float]) -> list[str]:
-    """Per exposed bucket (value in (bounds[j-1], bounds[j]]; the last is +Inf), the OpenMetrics
-    suffix of the latest exemplar of any member that falls in it, or ''."""
-    latest: dict[int, tuple] = {}
+def latest_exemplars(members, exposed_bounds: list[float]) -> list[tuple | None]:
+    """Per exposed bucket (values in (bounds[j-1], bounds[j]]; the last is +Inf), the latest
+    exemplar of any member that falls in it: (trace_id, span_id, value, time_ns), or None."""
+    latest: list[tuple | None] = [None] * (len(exposed_bounds) + 1)
     for s in members:
         for e in s.exemplars or ():
+            trace_id, span_id = e.trace_id, e.span_id
+            if len(trace_id) != 16 or len(span_id) != 8:
+                continue
             value, when = e.as_double or e.as_int, e.time_unix_nano
             bucket = bisect.bisect_left(exposed_bounds, value)
-            if bucket not in latest or when > latest[bucket][3]:
-                latest[bucket] = (e.trace_id, e.span_id, value, when)
-    out = [""] * (len(exposed_bounds) + 1)
-    for bucket, (trace_id, span_id, value, when) in latest.items():
-        if len(trace_id) == 16 and len(span_id) == 8:
-            out[bucket] = (f' # {{trace_id="{trace_id.hex()}",span_id="{span_id.hex()}"}} '
-                           f"{format_value(value)} {when / 1e9:.3f}")
-    return out
+            if latest[bucket] is None or when > latest[bucket][3]:
+                latest[bucket] = (trace_id, span_id, value, when)
+    return latest
+
+
+def _exemplars(members, exposed_bounds: list[float]) -> list[str]:
+    """OpenMetrics exemplar suffixes per exposed bucket ('' where none)."""
+    return ["" if ex is None else f' # {{trace_id="{ex[0].hex()}",span_id="{ex[1].hex()}"}} '
+                                  f"{format_value(ex[2])} {ex[3] / 1e9:.3f}"
+            for ex in latest_exemplars(members, exposed_bounds)]

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector import otlp_metrics_wire as wire
-from otel_llm.exposition import label_text
 from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, Instrument, Kind,
     instrument_table,
@@ -41,7 +40,8 @@ from otel_llm.profiles import Family as ProfileFamily
 from otel_llm.profiles import Profile, get_profile
 from otel_llm.prometheus_naming import label_name, metric_name
 
-OVERFLOW_LABEL = 'otel_metric_overflow="true"'
+OVERFLOW = ("otel_metric_overflow", "true")
+Pairs = tuple[tuple[str, str], ...]  # label (name, raw value) pairs of one series
 _KINDS = {"gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
 
 
@@ -71,8 +71,8 @@ class ResourceInfo:
 
     job: str
     instance: str
-    target_labels: str  # label text of its target_info series (job and instance included)
-    pairs: tuple[tuple[str, str], ...]  # (job, instance) pairs to append to its series (empty values left out)
+    target_pairs: Pairs  # labels of its target_info series (job and instance included)
+    pairs: Pairs  # (job, instance) to append to its series (empty values left out)
     seen_s: float = 0.0
     num_series: int = 0
 
@@ -85,7 +85,7 @@ def resource_info(raw: bytes) -> ResourceInfo:
     pairs = tuple((k, v) for k, v in (("job", job), ("instance", instance)) if v)
     other = _merged((k, v) for k, v in attrs.items()
                     if k not in ("service.name", "service.namespace", "service.instance.id"))
-    return ResourceInfo(job, instance, label_text(other + pairs), pairs)
+    return ResourceInfo(job, instance, other + pairs, pairs)
 
 
 def _merged(items) -> tuple[tuple[str, str], ...]:
@@ -110,34 +110,34 @@ class Route:
     instrument: Instrument | None = None
     scope_pairs: tuple[tuple[str, str], ...] = field(default=())
 
-    def labels(self, key_values, resource: ResourceInfo) -> tuple[str, tuple[str, ...]]:
-        """(label text of the series, label texts of empty siblings to pre-create)."""
+    def labels(self, key_values, resource: ResourceInfo) -> tuple[Pairs, tuple[Pairs, ...]]:
+        """(labels of the series, labels of empty siblings to pre-create)."""
         attrs = {kv.key: attribute_text(kv.value) for kv in key_values}
         if self.profile is None:
             pairs = _merged((k, v) for k, v in attrs.items())
             reserved = {label for label, _ in self.scope_pairs + resource.pairs}
             pairs = tuple(("exported_" + k if k in reserved else k, v) for k, v in pairs)
-            return label_text(pairs + self.scope_pairs + resource.pairs), ()
+            return pairs + self.scope_pairs + resource.pairs, ()
         profile, fam, inst = self.profile, self.profile_family, self.instrument
         if inst.name == CACHE_CONFIG_INFO:
             base = tuple((k[len(CACHE_CONFIG_PREFIX):], v) for k, v in sorted(attrs.items())
                          if k.startswith(CACHE_CONFIG_PREFIX))
-            return label_text(base + ((profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")),) + resource.pairs), ()
+            return base + ((profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")),) + resource.pairs, ()
         base = ((profile.model_label, attrs.get(MODEL_ATTRIBUTE, "")),
                 (profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")))
         kept = [(d,) + fam.labels[d] for d in inst.dims if d in fam.labels]
         own = [(label, vmap(attrs[d])) for d, label, vmap in kept if d in attrs]
-        text = label_text(base + tuple((k, v) for k, v in own if v is not None) + resource.pairs)
+        pairs = base + tuple((k, v) for k, v in own if v is not None) + resource.pairs
         if not (profile.emit_empty and kept):
-            return text, ()
+            return pairs, ()
         siblings = []
         for values in itertools.product(*(DIMENSIONS[d] for d, _, _ in kept)):
             mapped = tuple((label, vmap(v)) for (_, label, vmap), v in zip(kept, values))
-            siblings.append(label_text(base + tuple((k, v) for k, v in mapped if v is not None) + resource.pairs))
-        return text, tuple(dict.fromkeys(s for s in siblings if s != text))
+            siblings.append(base + tuple((k, v) for k, v in mapped if v is not None) + resource.pairs)
+        return pairs, tuple(dict.fromkeys(s for s in siblings if s != pairs))
 
-    def overflow_labels(self, resource: ResourceInfo) -> str:
-        return ",".join(filter(None, (OVERFLOW_LABEL, label_text(self.scope_pairs + resource.pairs))))
+    def overflow_labels(self, resource: ResourceInfo) -> Pairs:
+        return (OVERFLOW,) + self.scope_pairs + resource.pairs
 
 
 class Router:

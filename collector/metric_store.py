@@ -36,7 +36,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from collector import otlp_metrics_wire as wire
-from collector.metric_routes import OVERFLOW_LABEL, ResourceInfo, Route, Router
+from collector.metric_routes import Pairs, ResourceInfo, Route, Router
+from otel_llm.exposition import label_text
 from collector.otlp_codec import PayloadError
 from otel_llm.instruments import Kind
 
@@ -87,10 +88,11 @@ class Series:
 class Group:
     """One exposed Prometheus series: a family, a label set, the input series summed into it."""
 
-    __slots__ = ("family", "labels", "members", "bounds", "bounds_raw", "bounds_list", "cache")
+    __slots__ = ("family", "labels", "pairs", "members", "bounds", "bounds_raw", "bounds_list", "cache", "pushed")
 
-    def __init__(self, family: Family, labels: str):
-        self.family, self.labels = family, labels
+    def __init__(self, family: Family, pairs: Pairs):
+        self.family, self.pairs, self.labels = family, pairs, label_text(pairs)
+        self.pushed: tuple[int, float] | None = None  # remote-write: (timestamp ms, value) last sent
         self.members: list[Series] = []
         self.bounds: np.ndarray | None = None  # input bucket bounds shared by all members
         self.bounds_raw: bytes | None = None  # the same as packed little-endian doubles, as on the wire
@@ -332,11 +334,14 @@ class MetricStore:
             family = self.families[route.family] = Family(route.family, route.kind, route.help, route.buckets)
         elif family.kind is not route.kind:
             return None, f"{route.family} is already a {family.kind.value}, not a {route.kind.value}"
-        group = family.groups.get(labels)
+        text = label_text(labels)
+        group = family.groups.get(text)
         if group is None:
-            group = family.groups[labels] = Group(family, labels)
+            group = family.groups[text] = Group(family, labels)
             for sibling in siblings:
-                family.groups.setdefault(sibling, Group(family, sibling))
+                sibling_text = label_text(sibling)
+                if sibling_text not in family.groups:
+                    family.groups[sibling_text] = Group(family, sibling)
                 family.keep_empty = True
         series = Series((metric, attributes, overflow), group, route)
         group.members.append(series)
