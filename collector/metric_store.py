@@ -42,6 +42,7 @@ from collector.otlp_codec import PayloadError
 from otel_llm.instruments import Kind
 
 _MAX_REASONS = 5
+_NO_RECORDED_VALUE = wire.FLAG_NO_RECORDED_VALUE
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class Series:
     point's exemplars (a view of the request they came in; read at exposition)."""
 
     __slots__ = ("key", "group", "route", "start_ns", "time_ns", "seen_s", "value", "counts", "count", "sum",
-                 "exemplars")
+                 "exemplars", "bounds_raw")
 
     def __init__(self, key: tuple, group: Group, route: Route):
         self.key, self.group, self.route = key, group, route
@@ -83,6 +84,7 @@ class Series:
         self.count = 0
         self.sum = 0.0
         self.exemplars = None
+        self.bounds_raw: bytes | None = None  # the group's, once this series' bounds were checked
 
 
 class Group:
@@ -213,7 +215,7 @@ class MetricStore:
     # key is the raw attribute bytes, and values are read as few times as possible.
 
     def _number_points(self, points, delta, resource, metric, route, now):
-        ok = bad = 0
+        bad = 0
         reason = ""
         series_map = metric.series
         for p in points:
@@ -226,30 +228,25 @@ class MetricStore:
                     reason = reason_new
                     continue
             s.seen_s = now
-            ok += 1
-            if p.flags & wire.FLAG_NO_RECORDED_VALUE:
+            if p.flags & _NO_RECORDED_VALUE:
                 continue
-            t = p.time_unix_nano
+            t, start = p.time_unix_nano, p.start_time_unix_nano
             value = p.as_double or p.as_int  # a oneof: the unset one reads 0
-            if delta:
-                start = p.start_time_unix_nano
-                if s.time_ns and start < s.time_ns:
-                    ok -= 1
-                    bad += 1
-                    reason = "delta point overlaps the previous one"
-                    continue
+            if not delta:
+                if t >= s.time_ns or start != s.start_ns:  # newer, or the sender restarted
+                    s.value, s.start_ns, s.time_ns = value, start, t
+            elif s.time_ns and start < s.time_ns:
+                bad += 1
+                reason = "delta point overlaps the previous one"
+            else:
                 if not s.start_ns:
                     s.start_ns = start
                 s.value += value
                 s.time_ns = t
-            else:
-                start = p.start_time_unix_nano
-                if start != s.start_ns or t >= s.time_ns:  # newer, or the sender restarted
-                    s.value, s.start_ns, s.time_ns = value, start, t
-        return ok, bad, reason
+        return len(points) - bad, bad, reason
 
     def _histogram_points(self, points, delta, resource, metric, route, now):
-        ok = bad = 0
+        bad = 0
         reason = ""
         series_map = metric.series
         for p in points:
@@ -261,9 +258,8 @@ class MetricStore:
                     bad += 1
                     reason = reason_new
                     continue
-            if p.flags & wire.FLAG_NO_RECORDED_VALUE:
-                s.seen_s = now
-                ok += 1
+            s.seen_s = now
+            if p.flags & _NO_RECORDED_VALUE:
                 continue
             t, start = p.time_unix_nano, p.start_time_unix_nano
             restart = start != s.start_ns
@@ -272,12 +268,10 @@ class MetricStore:
                     bad += 1
                     reason = "delta point overlaps the previous one"
                     continue
-            elif not restart and t < s.time_ns:
-                s.seen_s = now
-                ok += 1
+            elif t < s.time_ns and not restart:
                 continue  # older than what we have
-            counts, bounds = p.bucket_counts, p.explicit_bounds
-            if bounds != s.group.bounds_raw or (not counts and p.count):
+            counts = p.bucket_counts
+            if p.explicit_bounds != s.bounds_raw or (not counts and p.count):
                 counts, why = self._odd_histogram(s, p)
                 if why:
                     bad += 1
@@ -288,17 +282,14 @@ class MetricStore:
                 s.count += p.count
                 s.sum += p.sum
             else:
-                s.counts, s.count, s.sum = counts, p.count, p.sum
-                s.start_ns = start
+                s.counts, s.count, s.sum, s.start_ns = counts, p.count, p.sum, start
             exemplars = p.exemplars
-            if len(exemplars):
+            if exemplars:
                 s.exemplars = exemplars  # the latest point's, as the OpenTelemetry Collector keeps them
             elif restart and not delta:
                 s.exemplars = None
             s.time_ns = t
-            s.seen_s = now
-            ok += 1
-        return ok, bad, reason
+        return len(points) - bad, bad, reason
 
     @staticmethod
     def _odd_histogram(s: Series, p) -> tuple[bytes, str]:
@@ -312,6 +303,7 @@ class MetricStore:
             return b"", "bucket bounds differ from the series' earlier ones"
         if len(counts) != len(group.bounds) + 1:
             return b"", f"{len(counts)} bucket counts for {len(group.bounds)} bounds"
+        s.bounds_raw = group.bounds_raw
         return counts.astype("<u8").tobytes(), ""
 
     def _new_series(self, metric: MetricSeries, attributes: tuple, resource: ResourceInfo, route: Route):
