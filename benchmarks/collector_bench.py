@@ -13,8 +13,15 @@ Prints one JSON object:
 - scrape: the collector's exposition of `--servers` servers x the full vllm profile,
   median ms over repeats, text and OpenMetrics.
 
+- end_to_end: 3 `otel-llm serve` processes under load (one client thread each)
+  push every `--export-interval-ms` to the collector, which remote-writes to one real
+  Prometheus while another scrapes it. Reported: the requests the clients completed,
+  `sum(vllm:request_success_total)` in both Prometheus servers, and the delay from a
+  server's export (the sample's timestamp) to the sample being visible in the
+  remote-write Prometheus (polled every 50 ms), p50/p99 and p99 in export intervals.
+
 Targets (issue 10): >= 200,000 points per CPU-second over each transport; the scrape
-of 50 servers in <= 20 ms.
+of 50 servers in <= 20 ms; end to end, totals exact and p99 delay <= 2 export intervals.
 
 Usage: python benchmarks/collector_bench.py [--quick] [--servers 50] [--seconds 4]
 """
@@ -189,12 +196,147 @@ def scrape_ms(bodies: list[bytes], repeats: int) -> dict:
     return out
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get_json(url: str) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _query(prometheus: str, promql: str) -> list[dict]:
+    import urllib.parse
+
+    return _get_json(f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))["data"]["result"]
+
+
+def _wait(what: str, check, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def end_to_end(seconds: float, export_interval_ms: int, workdir: Path) -> dict:
+    """See the module docstring. Every process is stopped before returning."""
+    import shutil
+    import threading
+
+    import httpx
+
+    if shutil.which("prometheus") is None:
+        return {"skipped": "prometheus not installed (apt-get install -y prometheus)"}
+    repo = Path(__file__).resolve().parents[1]
+    procs: list[subprocess.Popen] = []
+
+    def start(argv: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
+        log = open(workdir / f"{name}.log", "w")
+        proc = subprocess.Popen(argv, cwd=repo, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        procs.append(proc)
+        return proc
+
+    try:
+        rw_port, scrape_port, otlp_port, collector_port = (_free_port() for _ in range(4))
+        proms = {"remote_write": f"http://127.0.0.1:{rw_port}", "scrape": f"http://127.0.0.1:{scrape_port}"}
+        start([sys.executable, "-m", "server", "collector", "--otlp-http-port", str(otlp_port),
+               "--otlp-grpc-port", str(_free_port()), "--prometheus-port", str(collector_port),
+               "--remote-write-url", f"{proms['remote_write']}/api/v1/write"], "collector")
+        for role, port, scrape in (
+                ("remote_write", rw_port, []),
+                ("scrape", scrape_port, [{"job_name": "collector", "honor_labels": True,
+                                          "static_configs": [{"targets": [f"127.0.0.1:{collector_port}"]}]}])):
+            config = workdir / f"prometheus-{role}.yml"
+            config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": scrape}))
+            start(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / role}",
+                   f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"], f"prom-{role}")
+        servers = []
+        for i in range(3):
+            port = _free_port()
+            start([sys.executable, "-m", "server", "serve", "--model", "dummy", "--port", str(port),
+                   "--otlp-metrics-endpoint", f"http://127.0.0.1:{otlp_port}"], f"server-{i}",
+                  {"OTEL_METRIC_EXPORT_INTERVAL": str(export_interval_ms)})
+            servers.append(f"http://127.0.0.1:{port}")
+        for url in servers:
+            _wait(url, lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, 120)
+        for role in ("remote_write", "scrape"):
+            _wait(role, lambda: httpx.get(f"{proms[role]}/-/ready", timeout=2).status_code == 200, 60)
+
+        completed = [0] * len(servers)
+        stop = threading.Event()
+
+        def load(i: int) -> None:
+            with httpx.Client(timeout=60) as client:
+                while not stop.is_set():
+                    r = client.post(f"{servers[i]}/v1/completions", json={"model": "dummy", "prompt": "hello",
+                                                                          "max_tokens": 16, "ignore_eos": True})
+                    if r.status_code == 200:
+                        completed[i] += 1
+
+        threads = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(len(servers))]
+        for t in threads:
+            t.start()
+        delays, seen = [], {}
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            now = time.time()
+            for r in _query(proms["remote_write"], "max by (instance) (timestamp(vllm:request_success_total))"):
+                stamp = float(r["value"][1])
+                if seen.get(r["metric"]["instance"]) not in (None, stamp):
+                    delays.append(now - stamp)
+                seen[r["metric"]["instance"]] = stamp
+            time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join()
+        total = sum(completed)
+
+        def exact(role):
+            result = _query(proms[role], "sum(vllm:request_success_total)")
+            return result and float(result[0]["value"][1]) == total
+
+        for role in ("remote_write", "scrape"):
+            try:
+                _wait(f"{role} totals", lambda: exact(role), 5 * export_interval_ms / 1000 + 10)
+            except RuntimeError:
+                pass
+        totals = {role: float((_query(proms[role], "sum(vllm:request_success_total)") or [{"value": [0, "nan"]}])[0]["value"][1])
+                  for role in ("remote_write", "scrape")}
+        delays.sort()
+        p99 = delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else float("nan")
+        return {"completed_requests": total, "sum_request_success_total": totals,
+                "exact": all(v == total for v in totals.values()), "export_interval_s": export_interval_ms / 1000,
+                "delay_samples": len(delays), "delay_p50_s": round(delays[len(delays) // 2], 3) if delays else None,
+                "delay_p99_s": round(p99, 3), "delay_p99_in_export_intervals": round(p99 / (export_interval_ms / 1000), 2)}
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test, not a measurement)")
     parser.add_argument("--servers", type=int, default=50)
     parser.add_argument("--batch", type=int, default=10, help="server exports per request in the batched runs")
     parser.add_argument("--seconds", type=float, default=4.0, help="sending time per ingest run")
+    parser.add_argument("--e2e-seconds", type=float, default=20.0, help="load time of the end-to-end run (0: skip)")
+    parser.add_argument("--export-interval-ms", type=int, default=1000, help="the servers' OTEL_METRIC_EXPORT_INTERVAL")
     args = parser.parse_args(argv)
     seconds = 0.5 if args.quick else args.seconds
     exports = [server_export(i) for i in range(args.servers)]
@@ -207,11 +349,21 @@ def main(argv: list[str] | None = None) -> int:
         result[f"ingest_{transport}"] = ingest_rate(transport, single, seconds)
         result[f"ingest_{transport}_batched"] = ingest_rate(transport, grouped, seconds)
     result["scrape"] = scrape_ms(single, 5 if args.quick else 30)
+    if args.e2e_seconds > 0:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
+            result["end_to_end"] = end_to_end(6.0 if args.quick else args.e2e_seconds, args.export_interval_ms,
+                                              Path(workdir))
     result["targets_met"] = {
         "ingest_http_200k_per_cpu_s": result["ingest_http_batched"]["points_per_cpu_s"] >= 200_000,
         "ingest_grpc_200k_per_cpu_s": result["ingest_grpc_batched"]["points_per_cpu_s"] >= 200_000,
         "scrape_50_servers_20ms": result["scrape"]["openmetrics_ms"] <= 20 and args.servers >= 50,
     }
+    e2e = result.get("end_to_end", {})
+    if "exact" in e2e:
+        result["targets_met"]["end_to_end_exact"] = e2e["exact"]
+        result["targets_met"]["end_to_end_p99_2_intervals"] = e2e["delay_p99_in_export_intervals"] <= 2
     print(json.dumps(result, indent=1))
     return 0
 

@@ -5,8 +5,9 @@
     OTLP/gRPC receiver --+                       +--> remote-write exporters (one queue each)
 
 Threads: the receivers' request threads ingest into the store; a housekeeping
-thread expires silent series every second; the scrape endpoint renders under
-the store's lock.
+thread, every second, expires silent series and hands the series that changed to
+the remote-write exporters (each sends from its own queue and thread); the scrape
+endpoint renders under the store's lock.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collector import exposition
 from collector.metric_store import MetricStore, StoreConfig
 from collector.otlp_grpc_receiver import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
 from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
+from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExporter
+from collector.remote_write_series import RemoteWriteSeries
 from collector.scrape_endpoint import ScrapeEndpoint
 from collector.self_telemetry import SelfTelemetry
 
@@ -35,7 +38,8 @@ class CollectorConfig:
     prometheus_port: int | None = 9464
     store: StoreConfig = StoreConfig()
     max_body_bytes: int = 16 * 1024 * 1024
-    housekeeping_interval_s: float = 1.0
+    housekeeping_interval_s: float = 1.0  # expiry, and remote-write pushes of what changed
+    remote_write_urls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port"):
@@ -62,6 +66,11 @@ class Collector:
                                                        signals=metrics_only))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port)
+        self.remote_writers = [RemoteWriteExporter(RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}"))
+                               for i, url in enumerate(config.remote_write_urls)]
+        for exporter in self.remote_writers:
+            self.telemetry.add_exporter(exporter)
+        self._remote_write_series = RemoteWriteSeries()
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
 
@@ -83,6 +92,8 @@ class Collector:
             return exposition.render(self.store, openmetrics, own)
 
     def start(self) -> Collector:
+        for exporter in self.remote_writers:
+            exporter.start()
         for part in (self.http, self.grpc, self.scrape):
             if part is not None:
                 part.start()
@@ -94,10 +105,22 @@ class Collector:
         while not self._stop.wait(self.config.housekeeping_interval_s):
             try:
                 self.store.expire()
+                self.push_remote_write()
             except Exception:  # housekeeping must keep running
                 logger.exception("collector housekeeping failed")
 
-    def stop(self) -> None:
+    def push_remote_write(self) -> None:
+        """Hand what changed since the last push to every remote-write exporter (never blocks on them)."""
+        if not self.remote_writers:
+            return
+        with self.store.lock:
+            series = self._remote_write_series.collect(self.store)
+        if series:
+            for exporter in self.remote_writers:
+                exporter.export(series)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop receiving, push what is left, give remote-write `timeout_s` to deliver it."""
         self._stop.set()
         for part in (self.http, self.grpc, self.scrape):
             if part is not None:
@@ -105,6 +128,9 @@ class Collector:
         if self._housekeeper is not None:
             self._housekeeper.join()
             self._housekeeper = None
+            self.push_remote_write()
+        for exporter in self.remote_writers:
+            exporter.stop(timeout_s)
 
     def __enter__(self) -> Collector:
         return self.start()
@@ -121,4 +147,5 @@ class Collector:
             parts.append(f"OTLP/gRPC {self.grpc.endpoint}")
         if self.scrape is not None:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
+        parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
         return ", ".join(parts)

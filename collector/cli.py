@@ -50,7 +50,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("collector", help="receive OTLP metrics from many servers, expose them to Prometheus",
                        description="OTLP (HTTP and gRPC) in -> the metric-name shim -> a Prometheus scrape "
                                    "endpoint. No config file needed.")
-    p.add_argument("--host", default="127.0.0.1", help="address every listener binds (0.0.0.0 for all)")
+    p.add_argument("--host", default=None,
+                   help="address every listener binds: 127.0.0.1 by default, 0.0.0.0 for all "
+                        "(in --print-otelcol-config: 0.0.0.0 by default, as in a container)")
     p.add_argument("--otlp-http-port", type=_port, default=4318)
     p.add_argument("--otlp-grpc-port", type=_port, default=4317)
     p.add_argument("--prometheus-port", type=_port, default=9464, help="serves /metrics")
@@ -61,6 +63,16 @@ def add_parser(sub) -> None:
     p.add_argument("--cardinality-limit", type=_positive_int, default=2000,
                    help="series per metric and sender before the rest go into an otel_metric_overflow series")
     p.add_argument("--max-series", type=_positive_int, default=200_000, help="series held in all")
+    p.add_argument("--remote-write-url", action="append", default=[], metavar="URL",
+                   help="also push to this Prometheus remote-write 1.0 endpoint, e.g. "
+                        "http://127.0.0.1:9090/api/v1/write (repeatable)")
+    at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")
+    at_scale.add_argument("--print-otelcol-config", action="store_true",
+                          help="print an otelcol-contrib YAML config that does what this collector does "
+                               "with the same --metrics-compat names, listeners and --remote-write-url, then exit")
+    at_scale.add_argument("--otelcol-traces-endpoint", metavar="HOST:PORT",
+                          help="with --print-otelcol-config: also a traces pipeline to this OTLP/gRPC backend "
+                               "(e.g. jaeger:4317; TLS if it starts with https://)")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -68,15 +80,38 @@ def config_from_args(args: argparse.Namespace):
     from collector.metric_store import StoreConfig
 
     return CollectorConfig(
-        host=args.host, otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
-        prometheus_port=args.prometheus_port,
+        host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
+        prometheus_port=args.prometheus_port, remote_write_urls=tuple(args.remote_write_url),
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )
 
 
+def print_otelcol_config(args: argparse.Namespace) -> int:
+    from collector.otelcol_config import render_otelcol_config
+
+    host = args.host or "0.0.0.0"
+    try:
+        text = render_otelcol_config(
+            args.metrics_compat, otlp_grpc_endpoint=f"{host}:{args.otlp_grpc_port}",
+            otlp_http_endpoint=f"{host}:{args.otlp_http_port}", prometheus_endpoint=f"{host}:{args.prometheus_port}",
+            remote_write_urls=args.remote_write_url, traces_endpoint=args.otelcol_traces_endpoint)
+    except ValueError as exc:
+        print(f"otel-llm collector: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from collector.app import Collector
+
+    if args.print_otelcol_config:
+        return print_otelcol_config(args)
+    if args.otelcol_traces_endpoint:
+        print("otel-llm collector: error: --otelcol-traces-endpoint only applies with --print-otelcol-config",
+              file=sys.stderr)
+        return 2
 
     collector = Collector(config_from_args(args))
     try:

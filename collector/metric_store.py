@@ -94,7 +94,7 @@ class Group:
 
     def __init__(self, family: Family, pairs: Pairs):
         self.family, self.pairs, self.labels = family, pairs, label_text(pairs)
-        self.pushed: tuple[int, float] | None = None  # remote-write: (timestamp ms, value) last sent
+        self.pushed: int | None = None  # remote-write: timestamp (ms) of the samples last sent
         self.members: list[Series] = []
         self.bounds: np.ndarray | None = None  # input bucket bounds shared by all members
         self.bounds_raw: bytes | None = None  # the same as packed little-endian doubles, as on the wire

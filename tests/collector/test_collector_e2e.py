@@ -166,3 +166,31 @@ def test_real_servers_push_to_the_collector():
         finally:
             for server in servers:
                 server.stop()
+
+
+@pytest.mark.slow
+def test_real_prometheus_receives_the_collectors_remote_write(prometheus_server):
+    """Servers push over HTTP and gRPC; the collector remote-writes (no scrape) to a real Prometheus:
+    totals exact per instance and summed, histograms usable, exemplars stored, target_info per server."""
+    prom = prometheus_server(None, extra_flags=("--web.enable-remote-write-receiver",
+                                                "--enable-feature=exemplar-storage"))
+    collector = Collector(CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0,
+                                          remote_write_urls=(f"{prom.url}/api/v1/write",)))
+    with collector:
+        push_from_servers(collector, {"a": 3, "b": 4, "c": 5})
+        found = wait_until(lambda: prom.query("sum by (instance) (vllm:request_success_total)"), timeout_s=30)
+        assert {r["metric"]["instance"]: float(r["value"][1]) for r in found} == {"a": 3, "b": 4, "c": 5}
+        assert prom.value("sum(vllm:request_success_total)") == 12
+        assert prom.value('sum(vllm:request_success_total{finished_reason="abort"})') == 3
+        assert prom.value('sum(vllm:generation_tokens_total{job="otel-llm"})') == 36
+        assert prom.value("count(target_info)") == 3
+        p50 = prom.value('histogram_quantile(0.5, sum by (le) (vllm:e2e_request_latency_seconds_bucket))')
+        assert 0 < p50 < 1
+        exemplars = httpx.get(f"{prom.url}/api/v1/query_exemplars", timeout=10, params={
+            "query": "vllm:e2e_request_latency_seconds_bucket", "start": 0, "end": 4e9}).json()["data"]
+        assert exemplars and all(len(e["labels"]["trace_id"]) == 32 for x in exemplars for e in x["exemplars"])
+        own = samples(scrape(collector))
+        sent = own['otelcol_exporter_sent_metric_points_total{exporter="prometheusremotewrite/0",data_type="metrics"}']
+        assert sent > 0
+        assert own['otelcol_exporter_send_failed_metric_points_total{exporter="prometheusremotewrite/0",'
+                   'data_type="metrics"}'] == 0

@@ -1,0 +1,92 @@
+"""The store's exposed series as Prometheus remote-write samples (what the scrape endpoint
+shows, pushed instead of pulled).
+
+`RemoteWriteSeries.collect` returns the samples of every exposed series that changed
+since the last call: counters as ``<name>_total``, gauges as ``<name>``, histograms
+as ``_bucket{le}`` (the exposition's bounds, each with the latest exemplar that fell
+in it), ``_sum`` and ``_count``, plus one ``target_info`` per sender. A sample's
+timestamp is the newest data point's time (when the server exported it), so
+latency from export to query is what Prometheus shows; a series unchanged for
+`resend_s` is sent again (with the current time) so it never goes stale in
+Prometheus (5 minutes) while its sender is alive. Samples of one series are sent
+with increasing timestamps, as remote-write requires. The caller holds `store.lock`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from collector.exposition import histogram_prefixes, latest_exemplars
+from collector.metric_store import Family, Group, MetricStore
+from collector.prw_proto import PrwExemplar, PrwSeries
+from otel_llm.exposition import format_value
+from otel_llm.instruments import Kind
+
+
+class RemoteWriteSeries:
+    """Change tracking between pushes (one instance per collector; not thread-safe)."""
+
+    def __init__(self, resend_s: float = 60.0, clock=time.time):
+        self.resend_ms = int(resend_s * 1000)
+        self._clock = clock
+        self._targets: dict[tuple, int] = {}  # target_info labels -> last timestamp sent
+
+    def collect(self, store: MetricStore) -> list[PrwSeries]:
+        now_ms = int(self._clock() * 1000)
+        out: list[PrwSeries] = []
+        for family in store.families.values():
+            for group in family.groups.values():
+                members = group.members
+                newest = max((s.time_ns for s in members), default=0) // 1_000_000
+                last = group.pushed
+                if newest == 0 or (last is not None and newest <= last):
+                    if last is not None and now_ms - last < self.resend_ms:
+                        continue
+                    newest = now_ms if last is None or now_ms > last else last + 1
+                group.pushed = newest
+                _samples(out, family, group, newest)
+        for resource in store.resources.values():
+            if resource.num_series > 0:
+                labels = tuple(sorted((("__name__", "target_info"),) + resource.target_pairs))
+                last = self._targets.get(labels, 0)
+                if now_ms - last >= self.resend_ms or last == 0:
+                    self._targets[labels] = now_ms
+                    out.append(PrwSeries(labels, 1.0, now_ms))
+        return out
+
+
+def _labels(name: str, pairs, extra: tuple = ()) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((("__name__", name),) + tuple((k, v) for k, v in pairs if v) + extra))
+
+
+def _samples(out: list[PrwSeries], family: Family, group: Group, ts_ms: int) -> None:
+    members = group.members
+    if family.kind is Kind.COUNTER:
+        out.append(PrwSeries(_labels(family.name + "_total", group.pairs), sum(s.value for s in members), ts_ms))
+        return
+    if family.kind is Kind.GAUGE:
+        value = max(members, key=lambda s: s.time_ns).value if members else 0.0
+        out.append(PrwSeries(_labels(family.name, group.pairs), value, ts_ms))
+        return
+    with_data = [s for s in members if s.counts is not None]
+    if not with_data:
+        return
+    counts = np.sum([np.frombuffer(s.counts, "<u8") for s in with_data], axis=0)
+    if group.cache is None:
+        group.cache = histogram_prefixes(family, group)
+    _, pos, exposed_bounds, _, _ = group.cache
+    cum = np.cumsum(counts)
+    values = cum[pos].tolist() + [int(cum[-1])]
+    exemplars = latest_exemplars(with_data, exposed_bounds)
+    bucket = family.name + "_bucket"
+    for bound, value, ex in zip([format_value(b) for b in exposed_bounds] + ["+Inf"], values, exemplars):
+        exemplar = None
+        if ex is not None:
+            trace_id, span_id, ex_value, when = ex
+            exemplar = PrwExemplar((("span_id", span_id.hex()), ("trace_id", trace_id.hex())), ex_value,
+                                   when // 1_000_000)
+        out.append(PrwSeries(_labels(bucket, group.pairs, (("le", bound),)), float(value), ts_ms, exemplar))
+    out.append(PrwSeries(_labels(family.name + "_sum", group.pairs), sum(s.sum for s in with_data), ts_ms))
+    out.append(PrwSeries(_labels(family.name + "_count", group.pairs), float(values[-1]), ts_ms))

@@ -1,0 +1,57 @@
+"""`otel-llm collector` flags: the config they build, the printed otelcol config, and bad values."""
+
+import subprocess
+import sys
+
+import yaml
+
+from collector.app import CollectorConfig
+from collector.cli import config_from_args
+from collector.otelcol_config import otelcol_config
+from server.cli import build_parser
+
+
+def collector_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server", "collector", *argv], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_flags_build_the_collector_config():
+    args = build_parser().parse_args(["collector", "--remote-write-url", "http://a:9090/api/v1/write",
+                                      "--remote-write-url", "https://b/push", "--metric-expiry", "2m"])
+    config = config_from_args(args)
+    assert isinstance(config, CollectorConfig)
+    assert config.host == "127.0.0.1"  # loopback unless asked
+    assert config.remote_write_urls == ("http://a:9090/api/v1/write", "https://b/push")
+    assert config.store.expiry_s == 120.0 and config.store.profile == "vllm"
+
+
+def test_print_otelcol_config_uses_the_flags():
+    done = collector_cli("--print-otelcol-config", "--metrics-compat", "otel", "--otlp-grpc-port", "14317",
+                         "--remote-write-url", "http://prometheus:9090/api/v1/write",
+                         "--otelcol-traces-endpoint", "jaeger:4317")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# OpenTelemetry Collector Contrib config for the otel-llm `otel` metric names")
+    config = yaml.safe_load(done.stdout)
+    assert config == otelcol_config("otel", otlp_grpc_endpoint="0.0.0.0:14317",
+                                    remote_write_urls=["http://prometheus:9090/api/v1/write"],
+                                    traces_endpoint="jaeger:4317")
+    assert config["exporters"]["prometheusremotewrite/0"]["endpoint"] == "http://prometheus:9090/api/v1/write"
+    assert config["service"]["pipelines"]["traces"]["exporters"] == ["otlp/traces"]
+
+
+def test_print_otelcol_config_honours_an_explicit_host():
+    done = collector_cli("--print-otelcol-config", "--host", "10.1.2.3")
+    config = yaml.safe_load(done.stdout)
+    assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "10.1.2.3:4318"
+    assert config["exporters"]["prometheus"]["endpoint"] == "10.1.2.3:9464"
+    assert "traces" not in config["service"]["pipelines"]
+
+
+def test_bad_values_exit_2_naming_them():
+    done = collector_cli("--print-otelcol-config", "--remote-write-url", "prometheus:9090")
+    assert done.returncode == 2 and "'prometheus:9090'" in done.stderr and done.stdout == ""
+    done = collector_cli("--otelcol-traces-endpoint", "jaeger:4317")
+    assert done.returncode == 2 and "only applies with --print-otelcol-config" in done.stderr
+    done = collector_cli("--metric-expiry", "soon")
+    assert done.returncode == 2 and "invalid duration 'soon'" in done.stderr
