@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import grpc
+import httpx
 from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -196,83 +197,20 @@ def scrape_ms(bodies: list[bytes], repeats: int) -> dict:
     return out
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _get_json(url: str) -> dict:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def _query(prometheus: str, promql: str) -> list[dict]:
-    import urllib.parse
-
-    return _get_json(f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))["data"]["result"]
-
-
-def _wait(what: str, check, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
 def end_to_end(seconds: float, export_interval_ms: int, workdir: Path) -> dict:
-    """See the module docstring. Every process is stopped before returning."""
+    """See the module docstring. The stack is examples/local's; every process is stopped before returning."""
     import shutil
     import threading
 
-    import httpx
-
     if shutil.which("prometheus") is None:
         return {"skipped": "prometheus not installed (apt-get install -y prometheus)"}
-    repo = Path(__file__).resolve().parents[1]
-    procs: list[subprocess.Popen] = []
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "local"))
+    import run_local
 
-    def start(argv: list[str], name: str, env: dict | None = None) -> subprocess.Popen:
-        log = open(workdir / f"{name}.log", "w")
-        proc = subprocess.Popen(argv, cwd=repo, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        procs.append(proc)
-        return proc
-
+    stack = run_local.Stack(workdir)
     try:
-        rw_port, scrape_port, otlp_port, collector_port = (_free_port() for _ in range(4))
-        proms = {"remote_write": f"http://127.0.0.1:{rw_port}", "scrape": f"http://127.0.0.1:{scrape_port}"}
-        start([sys.executable, "-m", "server", "collector", "--otlp-http-port", str(otlp_port),
-               "--otlp-grpc-port", str(_free_port()), "--prometheus-port", str(collector_port),
-               "--remote-write-url", f"{proms['remote_write']}/api/v1/write"], "collector")
-        for role, port, scrape in (
-                ("remote_write", rw_port, []),
-                ("scrape", scrape_port, [{"job_name": "collector", "honor_labels": True,
-                                          "static_configs": [{"targets": [f"127.0.0.1:{collector_port}"]}]}])):
-            config = workdir / f"prometheus-{role}.yml"
-            config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": scrape}))
-            start(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / role}",
-                   f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"], f"prom-{role}")
-        servers = []
-        for i in range(3):
-            port = _free_port()
-            start([sys.executable, "-m", "server", "serve", "--model", "dummy", "--port", str(port),
-                   "--otlp-metrics-endpoint", f"http://127.0.0.1:{otlp_port}"], f"server-{i}",
-                  {"OTEL_METRIC_EXPORT_INTERVAL": str(export_interval_ms)})
-            servers.append(f"http://127.0.0.1:{port}")
-        for url in servers:
-            _wait(url, lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, 120)
-        for role in ("remote_write", "scrape"):
-            _wait(role, lambda: httpx.get(f"{proms[role]}/-/ready", timeout=2).status_code == 200, 60)
-
+        endpoints = run_local.bring_up(stack, 3, export_interval_ms, remote_write=True)
+        servers, proms = endpoints.servers, endpoints.prometheus
         completed = [0] * len(servers)
         stop = threading.Event()
 
@@ -291,7 +229,8 @@ def end_to_end(seconds: float, export_interval_ms: int, workdir: Path) -> dict:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             now = time.time()
-            for r in _query(proms["remote_write"], "max by (instance) (timestamp(vllm:request_success_total))"):
+            for r in run_local.promql(proms["remote_write"],
+                                      "max by (instance) (timestamp(vllm:request_success_total))"):
                 stamp = float(r["value"][1])
                 if seen.get(r["metric"]["instance"]) not in (None, stamp):
                     delays.append(now - stamp)
@@ -302,31 +241,24 @@ def end_to_end(seconds: float, export_interval_ms: int, workdir: Path) -> dict:
             t.join()
         total = sum(completed)
 
-        def exact(role):
-            result = _query(proms[role], "sum(vllm:request_success_total)")
-            return result and float(result[0]["value"][1]) == total
+        def exact(role: str) -> bool:
+            return sum(run_local.per_instance_totals(proms[role]).values()) == total
 
-        for role in ("remote_write", "scrape"):
+        totals = {}
+        for role in proms:
             try:
-                _wait(f"{role} totals", lambda: exact(role), 5 * export_interval_ms / 1000 + 10)
+                run_local.wait_for(f"{role} totals", lambda: exact(role), 5 * export_interval_ms / 1000 + 10)
             except RuntimeError:
-                pass
-        totals = {role: float((_query(proms[role], "sum(vllm:request_success_total)") or [{"value": [0, "nan"]}])[0]["value"][1])
-                  for role in ("remote_write", "scrape")}
-        delays.sort()
-        p99 = delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else float("nan")
-        return {"completed_requests": total, "sum_request_success_total": totals,
-                "exact": all(v == total for v in totals.values()), "export_interval_s": export_interval_ms / 1000,
-                "delay_samples": len(delays), "delay_p50_s": round(delays[len(delays) // 2], 3) if delays else None,
-                "delay_p99_s": round(p99, 3), "delay_p99_in_export_intervals": round(p99 / (export_interval_ms / 1000), 2)}
+                pass  # reported as not exact below
+            totals[role] = sum(run_local.per_instance_totals(proms[role]).values())
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stack.stop()
+    delays.sort()
+    p99 = delays[min(len(delays) - 1, int(0.99 * len(delays)))] if delays else float("nan")
+    return {"completed_requests": total, "sum_request_success_total": totals,
+            "exact": all(v == total for v in totals.values()), "export_interval_s": export_interval_ms / 1000,
+            "delay_samples": len(delays), "delay_p50_s": round(delays[len(delays) // 2], 3) if delays else None,
+            "delay_p99_s": round(p99, 3), "delay_p99_in_export_intervals": round(p99 / (export_interval_ms / 1000), 2)}
 
 
 def main(argv: list[str] | None = None) -> int:

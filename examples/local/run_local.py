@@ -4,11 +4,14 @@ the collector with a generated `prometheus.yml`.
 
     python examples/local/run_local.py                  # bring it up, send a load, check, stop
     python examples/local/run_local.py --keep-running   # ... and leave it up until Ctrl-C
+    python examples/local/run_local.py --remote-write   # ... and a second Prometheus fed by remote-write
 
 It sends `--requests` chat completions to every server with the `openai` client,
 then waits until Prometheus reports exactly that many finished requests per
 server instance and in total (`sum(vllm:request_success_total)`), and prints what
-a dashboard would query. Exit code 0 when the totals are exact.
+a dashboard would query. With `--remote-write` the collector also remote-writes to a
+second Prometheus (`--web.enable-remote-write-receiver`, no scrape jobs), checked the
+same way. Exit code 0 when the totals are exact everywhere.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 from openai import OpenAI
 
@@ -38,11 +42,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prometheus_config(collector: str, scrape_interval: str) -> dict:
-    """Scrape the collector; honor_labels keeps each server's own job/instance labels."""
+def prometheus_config(collector: str | None, scrape_interval: str) -> dict:
+    """Scrape the collector (None: scrape nothing, a remote-write target only); honor_labels keeps
+    each server's own job/instance labels."""
+    jobs = [] if collector is None else [{"job_name": "otel-llm-collector", "honor_labels": True,
+                                          "static_configs": [{"targets": [collector]}]}]
     return {"global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "scrape_configs": [{"job_name": "otel-llm-collector", "honor_labels": True,
-                                "static_configs": [{"targets": [collector]}]}]}
+            "scrape_configs": jobs}
 
 
 def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen | None = None):
@@ -54,7 +60,7 @@ def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen | None =
             result = check()
             if result:
                 return result
-        except OSError:
+        except OSError:  # not listening yet
             pass
         time.sleep(0.25)
     raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
@@ -92,31 +98,55 @@ class Stack:
                     proc.kill()
 
 
-def run(args: argparse.Namespace, stack: Stack) -> int:
+class Endpoints(NamedTuple):
+    servers: list[str]  # base URLs of the `otel-llm serve` processes
+    collector_metrics: str  # the collector's scrape endpoint
+    prometheus: dict[str, str]  # "scrape" (and "remote_write") -> Prometheus base URL
+
+
+def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: bool) -> Endpoints:
+    """Start the collector, the servers and Prometheus (two with `remote_write`); wait until all answer."""
     if shutil.which("prometheus") is None:
-        print("error: 'prometheus' not found; install Debian's package: apt-get install -y prometheus", file=sys.stderr)
-        return 2
+        raise RuntimeError("'prometheus' not found; install Debian's package: apt-get install -y prometheus")
     otlp_port, prom_port = free_port(), free_port()
-    collector = stack.start("collector", [*OTEL_LLM, "collector", "--otlp-http-port", str(otlp_port),
-                                          "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)])
-    wait_for("the collector", lambda: b"otelcol_" in urllib.request.urlopen(
-        f"http://127.0.0.1:{prom_port}/metrics", timeout=2).read(), 30, collector)
+    prometheus = {"scrape": f"http://127.0.0.1:{free_port()}"}
+    collector_argv = [*OTEL_LLM, "collector", "--otlp-http-port", str(otlp_port),
+                      "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)]
+    if remote_write:
+        prometheus["remote_write"] = f"http://127.0.0.1:{free_port()}"
+        collector_argv += ["--remote-write-url", f"{prometheus['remote_write']}/api/v1/write"]
+    collector = stack.start("collector", collector_argv)
+    collector_metrics = f"http://127.0.0.1:{prom_port}/metrics"
+    wait_for("the collector", lambda: b"otelcol_" in urllib.request.urlopen(collector_metrics, timeout=2).read(),
+             30, collector)
     urls = []
-    for i in range(args.servers):
+    for i in range(servers):
         port = free_port()
         proc = stack.start(f"server-{i}", [*OTEL_LLM, "serve", "--model", "dummy", "--port", str(port),
                                            "--otlp-metrics-endpoint", f"http://127.0.0.1:{otlp_port}"],
-                           env={"OTEL_METRIC_EXPORT_INTERVAL": str(args.export_interval_ms)})
+                           env={"OTEL_METRIC_EXPORT_INTERVAL": str(export_interval_ms)})
         urls.append(f"http://127.0.0.1:{port}")
         wait_for(f"server {i}", lambda: get_json(f"{urls[-1]}/health")["status"] == "ok", 120, proc)
-    config = stack.workdir / "prometheus.yml"
-    config.write_text(json.dumps(prometheus_config(f"127.0.0.1:{prom_port}", "1s"), indent=2))  # JSON is YAML
-    prometheus = f"http://127.0.0.1:{free_port()}"
-    proc = stack.start("prometheus", ["prometheus", f"--config.file={config}",
-                                      f"--storage.tsdb.path={stack.workdir / 'data'}",
-                                      f"--web.listen-address={prometheus.removeprefix('http://')}"])
-    wait_for("Prometheus", lambda: urllib.request.urlopen(f"{prometheus}/-/ready", timeout=2).status == 200, 60, proc)
+    for role, url in prometheus.items():
+        name = "prometheus" if role == "scrape" else f"prometheus-{role.replace('_', '-')}"
+        config = stack.workdir / f"{name}.yml"
+        target = f"127.0.0.1:{prom_port}" if role == "scrape" else None
+        config.write_text(json.dumps(prometheus_config(target, "1s"), indent=2))  # JSON is YAML
+        proc = stack.start(name, ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={stack.workdir / name}",
+                                  f"--web.listen-address={url.removeprefix('http://')}",
+                                  *(["--web.enable-remote-write-receiver"] if role == "remote_write" else [])])
+        wait_for(name, lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200, 60, proc)
+    return Endpoints(urls, collector_metrics, prometheus)
 
+
+def per_instance_totals(prometheus: str) -> dict[str, float]:
+    return {r["metric"].get("instance", ""): float(r["value"][1])
+            for r in promql(prometheus, "sum by (instance) (vllm:request_success_total)")}
+
+
+def run(args: argparse.Namespace, stack: Stack) -> int:
+    endpoints = bring_up(stack, args.servers, args.export_interval_ms, args.remote_write)
+    urls = endpoints.servers
     print(f"sending {args.requests} chat completions to each of {args.servers} servers", flush=True)
     for url in urls:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused")
@@ -124,20 +154,21 @@ def run(args: argparse.Namespace, stack: Stack) -> int:
             client.chat.completions.create(model="dummy", max_tokens=8,
                                            messages=[{"role": "user", "content": f"question {i}"}])
 
-    def exact():
-        per_instance = {r["metric"].get("instance", ""): float(r["value"][1])
-                        for r in promql(prometheus, "sum by (instance) (vllm:request_success_total)")}
+    def exact(prometheus: str):
+        per_instance = per_instance_totals(prometheus)
         return per_instance if (len(per_instance) == args.servers
                                 and all(v == args.requests for v in per_instance.values())) else None
 
-    per_instance = wait_for("Prometheus to see every request", exact, 60)
-    total = float(promql(prometheus, "sum(vllm:request_success_total)")[0]["value"][1])
-    p50 = promql(prometheus, "histogram_quantile(0.5, sum by (le) (vllm:time_to_first_token_seconds_bucket))")
-    print(json.dumps({"requests_sent": args.requests * args.servers, "sum_request_success_total": total,
-                      "per_instance": per_instance, "ttft_p50_s": float(p50[0]["value"][1]) if p50 else None,
-                      "prometheus": prometheus, "collector_metrics": f"http://127.0.0.1:{prom_port}/metrics",
-                      "servers": urls}, indent=1), flush=True)
-    if total != args.requests * args.servers:
+    report = {"requests_sent": args.requests * args.servers}
+    for role, prometheus in endpoints.prometheus.items():
+        per_instance = wait_for(f"Prometheus ({role}) to see every request", lambda: exact(prometheus), 60)
+        total = float(promql(prometheus, "sum(vllm:request_success_total)")[0]["value"][1])
+        p50 = promql(prometheus, "histogram_quantile(0.5, sum by (le) (vllm:time_to_first_token_seconds_bucket))")
+        report[role] = {"prometheus": prometheus, "sum_request_success_total": total, "per_instance": per_instance,
+                        "ttft_p50_s": float(p50[0]["value"][1]) if p50 else None}
+    print(json.dumps({**report, "collector_metrics": endpoints.collector_metrics, "servers": urls}, indent=1),
+          flush=True)
+    if any(report[role]["sum_request_success_total"] != args.requests * args.servers for role in endpoints.prometheus):
         print("error: totals differ", file=sys.stderr)
         return 1
     print("totals exact", flush=True)
@@ -156,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--requests", type=int, default=8, help="chat completions per server")
     parser.add_argument("--export-interval-ms", type=int, default=1000, help="the servers' OTEL_METRIC_EXPORT_INTERVAL")
+    parser.add_argument("--remote-write", action="store_true",
+                        help="also a second Prometheus that the collector remote-writes to")
     parser.add_argument("--keep-running", action="store_true")
     parser.add_argument("--workdir", default=None, help="logs, prometheus.yml and Prometheus' data (default: a temp dir)")
     args = parser.parse_args(argv)

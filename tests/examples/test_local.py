@@ -1,4 +1,5 @@
-"""examples/local end to end: two real servers -> the collector -> a real Prometheus."""
+"""examples/local end to end: three real servers -> the collector -> a real Prometheus scraping it and
+another receiving its remote-write."""
 
 import json
 import subprocess
@@ -12,11 +13,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_local_stack_counts_every_request_exactly(tmp_path):
-    proc = subprocess.run([sys.executable, "examples/local/run_local.py", "--servers", "2", "--requests", "5",
-                           "--workdir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "examples/local/run_local.py", "--servers", "3", "--requests", "4",
+                           "--remote-write", "--workdir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
-    assert report["sum_request_success_total"] == 10 and report["requests_sent"] == 10
-    assert sorted(report["per_instance"].values()) == [5, 5] and len(set(report["per_instance"])) == 2
-    assert report["ttft_p50_s"] is not None and report["ttft_p50_s"] > 0
+    assert report["requests_sent"] == 12
+    for role in ("scrape", "remote_write"):
+        assert report[role]["sum_request_success_total"] == 12
+        assert sorted(report[role]["per_instance"].values()) == [4, 4, 4]
+        assert len(set(report[role]["per_instance"])) == 3
+        assert report[role]["ttft_p50_s"] is not None and report[role]["ttft_p50_s"] > 0
+    assert report["scrape"]["per_instance"] == report["remote_write"]["per_instance"]
     assert "honor_labels" in (tmp_path / "prometheus.yml").read_text()
+    assert json.loads((tmp_path / "prometheus-remote-write.yml").read_text())["scrape_configs"] == []
