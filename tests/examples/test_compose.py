@@ -116,3 +116,21 @@ def test_dashboard_uses_provisioned_prometheus_and_exposed_names(path):
     assert names, path.name
     missing = names - _exposed_vllm_names() - set(NOT_EXPOSED)
     assert not missing, f"{path.name} queries names the vllm profile does not expose: {sorted(missing)}"
+
+
+# Every vllm: name that vLLM's own dashboard queries (vllm-project/vllm @ 4b5c627c,
+# examples/observability/prometheus_grafana/grafana.json; the file is not shipped here, see README.md).
+VLLM_DASHBOARD_NAMES = {
+    f"vllm:{n}" for n in (
+        "e2e_request_latency_seconds_bucket", "e2e_request_latency_seconds_sum", "e2e_request_latency_seconds_count",
+        "inter_token_latency_seconds_bucket", "inter_token_latency_seconds_sum", "inter_token_latency_seconds_count",
+        "time_to_first_token_seconds_bucket", "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
+        "prompt_tokens_total", "generation_tokens_total", "num_requests_running", "num_requests_waiting",
+        "kv_cache_usage_perc", "request_prompt_tokens_bucket", "request_generation_tokens_bucket",
+        "request_success_total", "request_queue_time_seconds_sum", "request_prefill_time_seconds_sum",
+        "request_decode_time_seconds_sum", "request_max_num_generation_tokens_sum")
+}
+
+
+def test_vllms_own_dashboard_finds_every_name_it_queries():
+    assert VLLM_DASHBOARD_NAMES - _exposed_vllm_names() == set()
