@@ -90,11 +90,11 @@ class Series:
 class Group:
     """One exposed Prometheus series: a family, a label set, the input series summed into it."""
 
-    __slots__ = ("family", "labels", "pairs", "members", "bounds", "bounds_raw", "bounds_list", "cache", "pushed")
+    __slots__ = ("family", "labels", "pairs", "sender", "members", "bounds", "bounds_raw", "bounds_list", "cache")
 
-    def __init__(self, family: Family, pairs: Pairs):
+    def __init__(self, family: Family, pairs: Pairs, sender: Pairs):
         self.family, self.pairs, self.labels = family, pairs, label_text(pairs)
-        self.pushed: int | None = None  # remote-write: timestamp (ms) of the samples last sent
+        self.sender = sender  # the resource's (job, instance) pairs: pre-created siblings leave with their sender
         self.members: list[Series] = []
         self.bounds: np.ndarray | None = None  # input bucket bounds shared by all members
         self.bounds_raw: bytes | None = None  # the same as packed little-endian doubles, as on the wire
@@ -329,11 +329,11 @@ class MetricStore:
         text = label_text(labels)
         group = family.groups.get(text)
         if group is None:
-            group = family.groups[text] = Group(family, labels)
+            group = family.groups[text] = Group(family, labels, resource.pairs)
             for sibling in siblings:
                 sibling_text = label_text(sibling)
                 if sibling_text not in family.groups:
-                    family.groups[sibling_text] = Group(family, sibling)
+                    family.groups[sibling_text] = Group(family, sibling, resource.pairs)
                 family.keep_empty = True
         series = Series((metric, attributes, overflow), group, route)
         group.members.append(series)
@@ -380,10 +380,19 @@ class MetricStore:
             resource.num_series -= 1
         group, family = s.group, s.group.family
         group.members.remove(s)
-        if not any(g.members for g in family.groups.values()):
+        if group.members:
+            return
+        # An empty group goes, and with it, once its sender has no member left in the family,
+        # the empty siblings pre-created for that sender.
+        gone = [group]
+        if family.keep_empty:
+            gone = [g for g in family.groups.values() if g.sender == group.sender]
+            if any(g.members for g in gone):
+                return
+        for g in gone:
+            del family.groups[g.labels]
+        if not family.groups:
             del self.families[family.name]
-        elif not group.members and not family.keep_empty:
-            del family.groups[group.labels]
 
     def num_series(self) -> int:
         return self._num_series

@@ -194,3 +194,23 @@ def test_bad_input_is_refused_clearly():
     store.ingest(request([histogram("hb", [1, 1], [1.0], 2.0)]))
     assert "bucket bounds differ" in store.ingest(request([wrong_bounds])).reason
     assert store.ingest(ExportMetricsServiceRequest().SerializeToString()) == (0, 0, "")
+
+
+def test_a_silent_servers_precreated_series_leave_with_it():
+    """vLLM's labelled children (finished_reason=stop/abort/... at 0) belong to their sender: when one
+    server expires, none of its series stay behind, while the other server's are untouched."""
+    clock = Clock()
+    store = MetricStore(StoreConfig(expiry_s=60), clock=clock)
+    for instance in ("gone", "alive"):
+        h = Harness()
+        serve_some(h, 3)
+        store.ingest(otlp_of(h, instance))
+        clock.t += 45 if instance == "gone" else 0
+    before = samples(render(store).decode())
+    clock.t += 30
+    assert store.expire() > 0
+    after = samples(render(store).decode())
+    assert not [k for k in after if 'instance="gone"' in k]
+    assert after == {k: v for k, v in before.items() if 'instance="gone"' not in k}
+    assert 'vllm:request_success_total{model_name="m",engine="0",finished_reason="stop",job="otel-llm",' \
+           'instance="alive"}' in after
