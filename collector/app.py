@@ -41,7 +41,11 @@ class CollectorConfig:
     housekeeping_interval_s: float = 1.0  # expiry, and remote-write pushes of what changed
     remote_write_urls: tuple[str, ...] = ()
 
+    def remote_write_configs(self) -> list[RemoteWriteConfig]:
+        return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
+
     def __post_init__(self) -> None:
+        self.remote_write_configs()  # a bad URL fails here, named
         for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
@@ -66,8 +70,7 @@ class Collector:
                                                        signals=metrics_only))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port)
-        self.remote_writers = [RemoteWriteExporter(RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}"))
-                               for i, url in enumerate(config.remote_write_urls)]
+        self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]
         for exporter in self.remote_writers:
             self.telemetry.add_exporter(exporter)
         self._remote_write_series = RemoteWriteSeries()

@@ -43,7 +43,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _remote_write_url(text: str) -> str:
+    from collector.remote_write_exporter import RemoteWriteConfig
+
+    try:
+        RemoteWriteConfig(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid URL {text!r}: use e.g. http://127.0.0.1:9090/api/v1/write") from None
+    return text
+
+
 duration_s.__name__, _port.__name__, _positive_int.__name__ = "duration", "port", "positive int"
+_remote_write_url.__name__ = "remote-write URL"
 
 
 def add_parser(sub) -> None:
@@ -63,7 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument("--cardinality-limit", type=_positive_int, default=2000,
                    help="series per metric and sender before the rest go into an otel_metric_overflow series")
     p.add_argument("--max-series", type=_positive_int, default=200_000, help="series held in all")
-    p.add_argument("--remote-write-url", action="append", default=[], metavar="URL",
+    p.add_argument("--remote-write-url", action="append", default=[], metavar="URL", type=_remote_write_url,
                    help="also push to this Prometheus remote-write 1.0 endpoint, e.g. "
                         "http://127.0.0.1:9090/api/v1/write (repeatable)")
     at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")

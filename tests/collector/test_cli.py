@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from collector.app import CollectorConfig
@@ -24,6 +25,8 @@ def test_flags_build_the_collector_config():
     assert config.host == "127.0.0.1"  # loopback unless asked
     assert config.remote_write_urls == ("http://a:9090/api/v1/write", "https://b/push")
     assert config.store.expiry_s == 120.0 and config.store.profile == "vllm"
+    with pytest.raises(ValueError, match="'ftp://x'"):  # library users get the same check
+        CollectorConfig(remote_write_urls=("ftp://x",))
 
 
 def test_print_otelcol_config_uses_the_flags():
@@ -49,8 +52,10 @@ def test_print_otelcol_config_honours_an_explicit_host():
 
 
 def test_bad_values_exit_2_naming_them():
-    done = collector_cli("--print-otelcol-config", "--remote-write-url", "prometheus:9090")
-    assert done.returncode == 2 and "'prometheus:9090'" in done.stderr and done.stdout == ""
+    for mode in ((), ("--print-otelcol-config",)):
+        done = collector_cli(*mode, "--remote-write-url", "prometheus:9090")
+        assert done.returncode == 2 and done.stdout == ""
+        assert "argument --remote-write-url: invalid URL 'prometheus:9090'" in done.stderr
     done = collector_cli("--otelcol-traces-endpoint", "jaeger:4317")
     assert done.returncode == 2 and "only applies with --print-otelcol-config" in done.stderr
     done = collector_cli("--metric-expiry", "soon")
