@@ -32,6 +32,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ import grpc
 import httpx
 from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -94,13 +96,16 @@ def batched(exports: list[ExportMetricsServiceRequest], size: int) -> list[bytes
 
 
 class CollectorProcess:
-    """`otel-llm collector` on free ports, in its own process."""
+    """`otel-llm collector` on free ports, in its own process, with ``extra`` flags."""
+
+    def __init__(self, *extra: str) -> None:
+        self.extra = extra
 
     def __enter__(self) -> CollectorProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server", "collector", "--otlp-http-port", "0", "--otlp-grpc-port", "0",
-             "--prometheus-port", "0"], cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
+             "--prometheus-port", "0", *self.extra], cwd=Path(__file__).resolve().parents[1],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         found = re.search(r"OTLP/HTTP http://([\d.]+):(\d+)/v1/metrics, OTLP/gRPC ([\d.:]+), "
                           r"Prometheus http://[\d.]+:(\d+)/metrics", line)
@@ -114,25 +119,32 @@ class CollectorProcess:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
-    def accepted(self) -> float:
+    def peak_rss_mb(self) -> float:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return round(int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)[1]) / 1024, 1)
+
+    def counter(self, name: str) -> float:
+        """The sum of one of the collector's own counters over its label sets."""
         conn = http.client.HTTPConnection("127.0.0.1", self.prom_port, timeout=30)
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
-        return sum(float(m) for m in re.findall(r"^otelcol_receiver_accepted_metric_points_total\{.*\} (\S+)$",
-                                                text, re.M))
+        return sum(float(m) for m in re.findall(rf"^{name}_total\{{.*\}} (\S+)$", text, re.M))
+
+    def accepted(self) -> float:
+        return self.counter("otelcol_receiver_accepted_metric_points")
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
 
-def send_http(port: int, bodies: list[bytes], seconds: float) -> int:
+def send_http(port: int, bodies: list[bytes], seconds: float, path: str = "/v1/metrics") -> int:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/x-protobuf"}
     sent, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         for body in bodies:
-            conn.request("POST", "/v1/metrics", body, headers)
+            conn.request("POST", path, body, headers)
             response = conn.getresponse()
             response.read()
             if response.status != 200:
@@ -163,6 +175,72 @@ def ingest_rate(transport: str, bodies: list[bytes], seconds: float) -> dict:
         cpu, points = collector.cpu_s() - before_cpu, collector.accepted() - before_points
     return {"points_per_cpu_s": round(points / cpu), "collector_cpu_s": round(cpu, 2), "requests": requests,
             "points": int(points), "points_per_request": round(points / requests, 1)}
+
+
+def trace_export(index: int, spans: int = 512) -> bytes:
+    """A server's span export: per request a `chat` span with the gen_ai attributes otel-llm sets, its
+    queue/prefill/decode children and an HTTP server span (5 spans), until `spans`."""
+    rng = random.Random(index)
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    for key, value in (("service.name", "otel-llm"), ("service.instance.id", f"server-{index:03d}")):
+        rs.resource.attributes.add(key=key).value.string_value = value
+    ss = rs.scope_spans.add()
+    ss.scope.name = "otel_llm"
+    t0 = 1_700_000_000_000_000_000 + index * 10**9
+    while len(ss.spans) < spans:
+        trace_id, t = rng.randbytes(16), t0 + len(ss.spans) * 10**7
+        http = ss.spans.add(trace_id=trace_id, span_id=rng.randbytes(8), name="POST /v1/chat/completions",
+                            kind=2, start_time_unix_nano=t, end_time_unix_nano=t + 9 * 10**8)
+        root = ss.spans.add(trace_id=trace_id, span_id=rng.randbytes(8), parent_span_id=http.span_id,
+                            name="chat bench-model", kind=2, start_time_unix_nano=t, end_time_unix_nano=t + 9 * 10**8)
+        for key, value in (("gen_ai.operation.name", "chat"), ("gen_ai.request.model", "bench-model"),
+                           ("gen_ai.response.model", "bench-model"), ("gen_ai.response.id", f"chatcmpl-{t}"),
+                           ("gen_ai.provider.name", "otel_llm"), ("gen_ai.response.finish_reasons", "stop")):
+            root.attributes.add(key=key).value.string_value = value
+        for key, value in (("gen_ai.usage.input_tokens", 128), ("gen_ai.usage.output_tokens", 64),
+                           ("gen_ai.request.max_tokens", 128), ("gen_ai.request.n", 1)):
+            root.attributes.add(key=key).value.int_value = value
+        for key in ("time_to_first_token", "e2e", "time_in_queue", "time_in_model_prefill",
+                    "time_in_model_decode", "time_in_model_inference"):
+            root.attributes.add(key=f"gen_ai.latency.{key}").value.double_value = rng.random()
+        root.events.add(name="first_token", time_unix_nano=t + 10**8)
+        for i, name in enumerate(("queue", "prefill", "decode")):
+            child = ss.spans.add(trace_id=trace_id, span_id=rng.randbytes(8), parent_span_id=root.span_id, name=name,
+                                 start_time_unix_nano=t + i * 10**8, end_time_unix_nano=t + (i + 1) * 10**8)
+            child.attributes.add(key="gen_ai.request.model").value.string_value = "bench-model"
+    del ss.spans[spans:]
+    return request.SerializeToString()
+
+
+def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool) -> dict:
+    """Spans forwarded (backend up) or taken (backend down for the whole run) per collector CPU-second."""
+    from collector.otlp_receiver import OtlpReceiver
+
+    spans = sum(len(ss.spans) for body in bodies[:1]
+                for rs in ExportTraceServiceRequest.FromString(body).resource_spans for ss in rs.scope_spans)
+    with OtlpReceiver(lambda signal, payload: None) as backend:
+        url = f"{backend.endpoint}/v1/traces" if backend_up else "http://127.0.0.1:9/v1/traces"
+        with CollectorProcess("--traces-to", url) as collector:
+            send_http(collector.http_port, bodies[:1], 0.2, "/v1/traces")  # warm up
+            before_cpu = collector.cpu_s()
+            before = {k: collector.counter(k) for k in ("otelcol_exporter_sent_spans", "otelcol_receiver_accepted_spans")}
+            requests = send_http(collector.http_port, bodies, seconds, "/v1/traces")
+            def settled() -> bool:  # every span taken was sent or dropped (counted)
+                done = sum(collector.counter(f"otelcol_exporter_{k}_spans") for k in ("sent", "enqueue_failed"))
+                return done >= collector.counter("otelcol_receiver_accepted_spans")
+
+            deadline = time.monotonic() + 30
+            while backend_up and not settled() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cpu = collector.cpu_s() - before_cpu
+            sent = collector.counter("otelcol_exporter_sent_spans") - before["otelcol_exporter_sent_spans"]
+            accepted = collector.counter("otelcol_receiver_accepted_spans") - before["otelcol_receiver_accepted_spans"]
+            return {"spans_per_request": spans, "requests": requests, "spans_accepted": int(accepted),
+                    "spans_sent": int(sent), "collector_cpu_s": round(cpu, 2),
+                    "spans_per_cpu_s": round((sent if backend_up else accepted) / cpu),
+                    "spans_enqueue_failed": int(collector.counter("otelcol_exporter_enqueue_failed_spans")),
+                    "peak_rss_mb": collector.peak_rss_mb()}
 
 
 def store_only(bodies: list[bytes], repeats: int) -> float:
@@ -281,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
         result[f"ingest_{transport}"] = ingest_rate(transport, single, seconds)
         result[f"ingest_{transport}_batched"] = ingest_rate(transport, grouped, seconds)
     result["scrape"] = scrape_ms(single, 5 if args.quick else 30)
+    traces = [trace_export(i) for i in range(8)]
+    result["traces_forward_http"] = traces_rate(traces, seconds, backend_up=True)
+    result["traces_backend_down_http"] = traces_rate(traces, 2 * seconds, backend_up=False)
     if args.e2e_seconds > 0:
         import tempfile
 
@@ -291,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         "ingest_http_200k_per_cpu_s": result["ingest_http_batched"]["points_per_cpu_s"] >= 200_000,
         "ingest_grpc_200k_per_cpu_s": result["ingest_grpc_batched"]["points_per_cpu_s"] >= 200_000,
         "scrape_50_servers_20ms": result["scrape"]["openmetrics_ms"] <= 20 and args.servers >= 50,
+        "traces_forward_20k_spans_per_cpu_s": result["traces_forward_http"]["spans_per_cpu_s"] >= 20_000,
     }
     e2e = result.get("end_to_end", {})
     if "exact" in e2e:

@@ -1,19 +1,23 @@
 """`Collector`: the single-host default pipeline, wired from one `CollectorConfig`.
 
-    OTLP/HTTP receiver --+                       +--> Prometheus scrape endpoint (/metrics)
-                         +--> MetricStore (shim) +
-    OTLP/gRPC receiver --+                       +--> remote-write exporters (one queue each)
+                          metrics                   +--> Prometheus scrape endpoint (/metrics)
+    OTLP/HTTP receiver --+-------> MetricStore (shim) +
+                         |                          +--> remote-write exporters (one queue each)
+    OTLP/gRPC receiver --+-------> TracePipeline -------> trace exporters (one queue each)
+                          traces
 
-Threads: the receivers' request threads ingest into the store; a housekeeping
-thread, every second, expires silent series and hands the series that changed to
-the remote-write exporters (each sends from its own queue and thread); the scrape
-endpoint renders under the store's lock.
+Threads: the receivers' request threads ingest into the store and hand traces to the
+trace exporters' queues; a housekeeping thread, every second, expires silent series and
+hands the series that changed to the remote-write exporters; every exporter sends from
+its own queue and thread; the scrape endpoint renders under the store's lock. Traces are
+taken only when there is a trace backend (`traces_to`); otherwise /v1/traces answers 404.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from collector import exposition
@@ -24,6 +28,8 @@ from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExport
 from collector.remote_write_series import RemoteWriteSeries
 from collector.scrape_endpoint import ScrapeEndpoint
 from collector.self_telemetry import SelfTelemetry
+from collector.trace_exporter import TraceExporter, TraceExporterConfig
+from collector.trace_pipeline import TracePipeline
 
 logger = logging.getLogger("otel_llm.collector")
 
@@ -40,12 +46,18 @@ class CollectorConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     housekeeping_interval_s: float = 1.0  # expiry, and remote-write pushes of what changed
     remote_write_urls: tuple[str, ...] = ()
+    traces_to: tuple[str, ...] = ()  # trace backends: http(s)://host:port[/path] or grpc://host:port
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
 
+    def trace_exporter_configs(self) -> list[TraceExporterConfig]:
+        return [TraceExporterConfig(url, name=f"{'otlp' if url.startswith('grpc://') else 'otlphttp'}/{i}")
+                for i, url in enumerate(self.traces_to)]
+
     def __post_init__(self) -> None:
         self.remote_write_configs()  # a bad URL fails here, named
+        self.trace_exporter_configs()
         for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
@@ -60,18 +72,20 @@ class Collector:
     def __init__(self, config: CollectorConfig | None = None):
         self.config = config = config or CollectorConfig()
         self.store = MetricStore(config.store)
-        self.telemetry = SelfTelemetry(self.store.num_series)
-        metrics_only = frozenset({Signal.METRICS})
+        self.traces = TracePipeline([TraceExporter(c) for c in config.trace_exporter_configs()])
+        signals = frozenset({Signal.METRICS, Signal.TRACES} if self.traces.exporters else {Signal.METRICS})
+        self.telemetry = SelfTelemetry(self.store.num_series, tuple(s.value for s in (Signal.METRICS, Signal.TRACES)
+                                                                    if s in signals))
         self.http = None if config.otlp_http_port is None else OtlpReceiver(
             self._sink("http"), OtlpReceiverConfig(config.host, config.otlp_http_port, config.max_body_bytes,
-                                                   signals=metrics_only))
+                                                   signals=signals))
         self.grpc = None if config.otlp_grpc_port is None else OtlpGrpcReceiver(
             self._sink("grpc"), OtlpGrpcReceiverConfig(config.host, config.otlp_grpc_port, config.max_body_bytes,
-                                                       signals=metrics_only))
+                                                       signals=signals))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port)
         self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]
-        for exporter in self.remote_writers:
+        for exporter in (*self.remote_writers, *self.traces.exporters):
             self.telemetry.add_exporter(exporter)
         self._remote_write_series = RemoteWriteSeries()
         self._stop = threading.Event()
@@ -79,6 +93,9 @@ class Collector:
 
     def _sink(self, transport: str):
         def sink(signal: Signal, payload: bytes) -> PartialSuccess | None:
+            if signal is Signal.TRACES:
+                self.telemetry.count(transport, self.traces.consume(payload), 0, "traces")
+                return None
             result = self.store.ingest(payload)
             self.telemetry.count(transport, result.accepted, result.refused)
             if result.refused:
@@ -95,7 +112,7 @@ class Collector:
             return exposition.render(self.store, openmetrics, own)
 
     def start(self) -> Collector:
-        for exporter in self.remote_writers:
+        for exporter in (*self.remote_writers, *self.traces.exporters):
             exporter.start()
         for part in (self.http, self.grpc, self.scrape):
             if part is not None:
@@ -123,7 +140,7 @@ class Collector:
                 exporter.export(series)
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop receiving, push what is left, give remote-write `timeout_s` to deliver it."""
+        """Stop receiving, push what is left, give the exporters `timeout_s` in all to deliver it."""
         self._stop.set()
         for part in (self.http, self.grpc, self.scrape):
             if part is not None:
@@ -132,8 +149,9 @@ class Collector:
             self._housekeeper.join()
             self._housekeeper = None
             self.push_remote_write()
-        for exporter in self.remote_writers:
-            exporter.stop(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for exporter in (*self.remote_writers, *self.traces.exporters):
+            exporter.stop(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> Collector:
         return self.start()
@@ -151,4 +169,5 @@ class Collector:
         if self.scrape is not None:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
         parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
+        parts.extend(f"traces to {e.config.endpoint}" for e in self.traces.exporters)
         return ", ".join(parts)

@@ -53,8 +53,19 @@ def _remote_write_url(text: str) -> str:
     return text
 
 
+def _trace_backend(text: str) -> str:
+    from collector.trace_exporter import TraceExporterConfig
+
+    try:
+        TraceExporterConfig(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid trace backend {text!r}: use http://host:4318/v1/traces or grpc://host:4317") from None
+    return text
+
+
 duration_s.__name__, _port.__name__, _positive_int.__name__ = "duration", "port", "positive int"
-_remote_write_url.__name__ = "remote-write URL"
+_remote_write_url.__name__, _trace_backend.__name__ = "remote-write URL", "trace backend"
 
 
 def add_parser(sub) -> None:
@@ -77,6 +88,10 @@ def add_parser(sub) -> None:
     p.add_argument("--remote-write-url", action="append", default=[], metavar="URL", type=_remote_write_url,
                    help="also push to this Prometheus remote-write 1.0 endpoint, e.g. "
                         "http://127.0.0.1:9090/api/v1/write (repeatable)")
+    p.add_argument("--traces-to", action="append", default=[], metavar="URL", type=_trace_backend,
+                   help="forward the spans servers send to this OTLP backend: http(s)://host:port[/v1/traces] "
+                        "(OTLP/HTTP protobuf) or grpc://host:port (OTLP/gRPC); repeatable, each with its own "
+                        "queue and retries. Without it, traces are not taken (/v1/traces answers 404)")
     at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")
     at_scale.add_argument("--print-otelcol-config", action="store_true",
                           help="print an otelcol-contrib YAML config that does what this collector does "
@@ -93,6 +108,7 @@ def config_from_args(args: argparse.Namespace):
     return CollectorConfig(
         host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
         prometheus_port=args.prometheus_port, remote_write_urls=tuple(args.remote_write_url),
+        traces_to=tuple(args.traces_to),
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )

@@ -6,12 +6,15 @@ consumer thread hands them, oldest first, to the exporter's ``send``; ``send``
 raises `RetryableError` (retried with exponential backoff, up to the retry
 config's max elapsed time) or `PermanentError` (dropped at once).
 
-Accounting is in points (the number each item carries), the collector's
-``otelcol_exporter_*`` counters: every point offered ends up in exactly one of
-``sent``, ``send_failed`` (permanent error, retries exhausted, or dropped at
-`stop`) or ``enqueue_failed`` (queue full or stopped, or refused by the exporter
-before queueing), or is still queued or in flight. Drops are logged as one
-warning per interval with the totals, never one line per point or request.
+Accounting is in the records each item carries (metric points, spans), the
+collector's ``otelcol_exporter_*`` counters: every record offered ends up in
+exactly one of ``sent``, ``send_failed`` (permanent error, retries exhausted, or
+dropped at `stop`) or ``enqueue_failed`` (queue full or stopped, or refused by
+the exporter before queueing), or is still queued or in flight. Drops are logged
+as one warning per interval with the totals, never one line per record or request.
+
+With a `Batch`, the consumer merges the items waiting behind the one it takes, up
+to ``max_records``, into one send (it never waits for more to arrive).
 
 Thread-safety: `offer`, `reject`, `stats` and `stop` may be called from any
 thread; ``send`` is only ever called from the consumer thread, one item at a
@@ -60,10 +63,13 @@ class QueueConfig:
     # of 1000 is for small OTLP batches; a remote-write request holds up to
     # max_samples_per_send samples, so 256 requests already buffer ~0.5 M samples.
     queue_size: int = 256
+    max_bytes: int | None = None  # also bounds the bytes queued (items offered with a size)
 
     def __post_init__(self) -> None:
         if isinstance(self.queue_size, bool) or not isinstance(self.queue_size, int) or self.queue_size < 1:
             raise ValueError(f"QueueConfig.queue_size must be an int >= 1, got {self.queue_size!r}")
+        if self.max_bytes is not None and (not isinstance(self.max_bytes, int) or self.max_bytes < 1):
+            raise ValueError(f"QueueConfig.max_bytes must be None or an int >= 1, got {self.max_bytes!r}")
 
 
 @dataclass(frozen=True)
@@ -98,10 +104,15 @@ class RetryConfig:
                 raise ValueError(f"RetryConfig.{name} must be {rule}, got {value!r}")
 
 
+class Batch(NamedTuple):
+    max_records: int  # an item alone may carry more; it is sent alone
+    merge: Callable[[list], object]  # items -> one item of the same type
+
+
 class QueueStats(NamedTuple):
-    sent: int  # points
-    send_failed: int  # points
-    enqueue_failed: int  # points
+    sent: int  # records
+    send_failed: int  # records
+    enqueue_failed: int  # records
     queue_size: int  # items waiting (not the one in flight)
     queue_capacity: int  # items
 
@@ -109,8 +120,8 @@ class QueueStats(NamedTuple):
 class ExporterQueue(Generic[T]):
     """A bounded FIFO of items and the one daemon thread that sends them.
 
-    ``name`` (the exporter's id, e.g. ``prometheusremotewrite/0``) prefixes log lines.
-    Items offered before `start` wait in the queue.
+    ``name`` (the exporter's id, e.g. ``prometheusremotewrite/0``) prefixes log lines;
+    ``unit`` names the records in them. Items offered before `start` wait in the queue.
     """
 
     def __init__(
@@ -119,20 +130,25 @@ class ExporterQueue(Generic[T]):
         send: Callable[[T], None],
         queue: QueueConfig = QueueConfig(),
         retry: RetryConfig = RetryConfig(),
+        unit: str = "points",
+        batch: Batch | None = None,
     ) -> None:
         self.name = name
         self._send = send
+        self._batch = batch
         self._capacity = queue.queue_size
+        self._max_bytes = queue.max_bytes
         self._retry = retry
         self._random = random.Random()
         self._cond = threading.Condition()
         # Guarded by _cond:
-        self._items: deque[tuple[T, int]] = deque()
+        self._items: deque[tuple[T, int, int]] = deque()  # (item, records, bytes)
+        self._bytes = 0
         self._closed = False
         self._stop_deadline = float("inf")  # monotonic; retries and sends end there
         self._sent = self._send_failed = self._enqueue_failed = 0
         self._thread: threading.Thread | None = None
-        self._drops = _DropLog(name)
+        self._drops = _DropLog(name, unit)
 
     def start(self) -> None:
         with self._cond:
@@ -141,16 +157,19 @@ class ExporterQueue(Generic[T]):
             self._thread = threading.Thread(target=self._run, name=f"{self.name}-sender", daemon=True)
         self._thread.start()
 
-    def offer(self, item: T, points: int) -> bool:
-        """Queue ``item`` (carrying ``points``) unless full or stopped; never blocks.
-        On False the points are counted ``enqueue_failed``."""
+    def offer(self, item: T, points: int, size_bytes: int = 0) -> bool:
+        """Queue ``item`` (carrying ``points`` records, ``size_bytes`` long) unless full or stopped;
+        never blocks. On False the records are counted ``enqueue_failed``."""
         with self._cond:
-            if not self._closed and len(self._items) < self._capacity:
-                self._items.append((item, points))
+            fits = self._max_bytes is None or self._bytes + size_bytes <= self._max_bytes
+            if not self._closed and len(self._items) < self._capacity and fits:
+                self._items.append((item, points, size_bytes))
+                self._bytes += size_bytes
                 self._cond.notify()
                 return True
             self._enqueue_failed += points
-            reason = "exporter stopped" if self._closed else f"sending queue full ({self._capacity} requests)"
+            reason = ("exporter stopped" if self._closed else
+                      f"sending queue full ({self._capacity} requests, {self._max_bytes} bytes)")
         self._drops.drop("enqueue_failed", points, reason)
         return False
 
@@ -184,7 +203,8 @@ class ExporterQueue(Generic[T]):
         with self._cond:
             left = list(self._items)
             self._items.clear()
-            dropped = sum(points for _, points in left)
+            self._bytes = 0
+            dropped = sum(points for _, points, _ in left)
             self._send_failed += dropped
         if left:
             self._drops.drop("send_failed", dropped, f"still queued at shutdown ({len(left)} requests)")
@@ -198,7 +218,16 @@ class ExporterQueue(Generic[T]):
                     self._cond.wait()
                 if not self._items:
                     return
-                item, points = self._items.popleft()
+                item, points, size = self._items.popleft()
+                self._bytes -= size
+                if self._batch is not None and self._items and points + self._items[0][1] <= self._batch.max_records:
+                    merged = [item]
+                    while self._items and points + self._items[0][1] <= self._batch.max_records:
+                        more, n, size = self._items.popleft()
+                        self._bytes -= size
+                        merged.append(more)
+                        points += n
+                    item = self._batch.merge(merged)
             error = self._deliver(item)
             with self._cond:
                 if error is None:
@@ -254,8 +283,8 @@ class _DropLog:
     """Warns about dropped points at most once per interval, with the totals since the
     last warning and the latest reason per kind. Thread-safe."""
 
-    def __init__(self, name: str, interval_s: float = _DROP_LOG_INTERVAL_S) -> None:
-        self._name = name
+    def __init__(self, name: str, unit: str, interval_s: float = _DROP_LOG_INTERVAL_S) -> None:
+        self._name, self._unit = name, unit
         self._interval_s = interval_s
         self._lock = threading.Lock()
         self._last_log = float("-inf")
@@ -277,11 +306,12 @@ class _DropLog:
             if pending:
                 self._last_log = time.monotonic()
         for kind, (points, requests, reason) in pending.items():
-            logger.warning("%s: dropped %d points in %d requests (%s); last reason: %s",
-                           self._name, points, requests, kind, reason)
+            logger.warning("%s: dropped %d %s in %d requests (%s); last reason: %s",
+                           self._name, points, self._unit, requests, kind, reason)
 
 
 __all__ = [
+    "Batch",
     "ExporterQueue",
     "PermanentError",
     "QueueConfig",

@@ -12,15 +12,7 @@ its body logged as it is (truncated).
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import logging
-import math
-import re
-import socket
-import threading
-import time
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,19 +24,16 @@ from collector.exporter_queue import (
     RetryableError,
     RetryConfig,
 )
+from collector.http_sender import HttpSender, check_headers, check_http_url
 from collector.prw_proto import PrwSeries, encode_write_request
 from otel_llm import __version__
 
 logger = logging.getLogger(__name__)
 
-_MAX_LOGGED_BODY_CHARS = 512
-_MAX_READ_BODY_BYTES = 64 * 1024  # a longer error body is cut and its connection closed
-# The spec forbids letting users override these; Content-Length and Host are http.client's.
+# The spec forbids letting users override these.
 _RESERVED_HEADERS = frozenset({
     "content-encoding", "content-type", "user-agent", "x-prometheus-remote-write-version",
-    "content-length", "host",
 })
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 @dataclass(frozen=True)
@@ -58,13 +47,7 @@ class RemoteWriteConfig:
     name: str = "prometheusremotewrite"  # id in logs and self-telemetry: "prometheusremotewrite/0"
 
     def __post_init__(self) -> None:
-        parts = urllib.parse.urlsplit(self.url) if isinstance(self.url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"RemoteWriteConfig.url must be an http(s) URL with a host, got {self.url!r}")
-        try:
-            parts.port  # noqa: B018 -- raises on a bad port
-        except ValueError:
-            raise ValueError(f"RemoteWriteConfig.url has an invalid port: {self.url!r}") from None
+        check_http_url(self.url, "RemoteWriteConfig.url")
         t = self.timeout_s
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             raise ValueError(f"RemoteWriteConfig.timeout_s must be > 0, got {self.timeout_s!r}")
@@ -74,15 +57,7 @@ class RemoteWriteConfig:
         if not isinstance(self.queue, QueueConfig) or not isinstance(self.retry, RetryConfig):
             raise ValueError(f"RemoteWriteConfig.queue/retry must be QueueConfig/RetryConfig, "
                              f"got {self.queue!r} / {self.retry!r}")
-        for header in self.headers:
-            if not (isinstance(header, tuple) and len(header) == 2
-                    and all(isinstance(x, str) for x in header) and _TOKEN.match(header[0])
-                    and not any(c in header[1] for c in "\r\n\0")):
-                raise ValueError(f"RemoteWriteConfig.headers: {header!r} is not a (name, value) pair "
-                                 "of a valid header name and a one-line value")
-            if header[0].lower() in _RESERVED_HEADERS:
-                raise ValueError(f"RemoteWriteConfig.headers must not set {header[0]!r}; "
-                                 "the exporter sets it as remote-write requires")
+        check_headers(self.headers, _RESERVED_HEADERS, "RemoteWriteConfig.headers")
         if not self.name:
             raise ValueError("RemoteWriteConfig.name must not be empty")
 
@@ -94,24 +69,19 @@ class RemoteWriteExporter:
     connection belongs to the queue's thread.
     """
 
+    data_type = "metrics"
+
     def __init__(self, config: RemoteWriteConfig) -> None:
         self.config = config
         self.name = config.name
-        parts = urllib.parse.urlsplit(config.url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._headers = {
+        self._http = HttpSender(config.url, config.timeout_s, {
             **dict(config.headers),
             "Content-Encoding": "snappy",
             "Content-Type": "application/x-protobuf",
             "User-Agent": f"otel-llm/{__version__}",
             "X-Prometheus-Remote-Write-Version": "0.1.0",
-        }
+        })
         self._queue: ExporterQueue[bytes] = ExporterQueue(self.name, self._send, config.queue, config.retry)
-        self._conn_lock = threading.Lock()  # guards the reference only; the queue thread uses it
-        self._conn: http.client.HTTPConnection | None = None
 
     def start(self) -> None:
         self._queue.start()
@@ -134,7 +104,7 @@ class RemoteWriteExporter:
                 logger.debug("%s: cannot encode %d samples", self.name, len(chunk), exc_info=True)
                 self._queue.reject(len(chunk), f"cannot encode: {type(exc).__name__}: {exc}")
                 continue
-            if not self._queue.offer(body, len(chunk)):
+            if not self._queue.offer(body, len(chunk), len(body)):
                 rest = len(series) - start - len(chunk)
                 if rest:  # the queue will not have room a moment later: skip encoding the rest
                     self._queue.reject(rest, "sending queue full")
@@ -147,75 +117,23 @@ class RemoteWriteExporter:
         """Send what is queued for up to ``timeout_s``, then drop the rest (counted
         ``send_failed``) and abort a POST still in flight. Returns in about ``timeout_s``."""
         if not self._queue.stop(timeout_s):
-            with self._conn_lock:
-                sock = self._conn.sock if self._conn is not None else None
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)  # the queue thread's read fails at once
-                except OSError:
-                    pass
+            self._http.abort()
             return
-        self._close()
+        self._http.close()
 
     def _send(self, body: bytes) -> None:
-        """One POST (queue thread only). Raises RetryableError or PermanentError."""
-        try:
-            conn = self._connection()
-            conn.request("POST", self._path, body, self._headers)
-            response = conn.getresponse()
-            data = response.read(_MAX_READ_BODY_BYTES)
-            if not response.isclosed():
-                self._close()
-        except (OSError, http.client.HTTPException) as exc:
-            self._close()
-            raise RetryableError(f"POST {self.config.url} failed: {exc!r}") from exc
-        status = response.status
+        """One POST (queue thread only). Raises RetryableError or PermanentError, as the spec says:
+        5xx retried, 429 no sooner than its Retry-After, any other non-2xx dropped."""
+        answer = self._http.post(body)
+        status = answer.status
         if 200 <= status < 300:
             return
-        if response.getheader("Connection", "").lower() == "close":
-            self._close()
-        reason = f"HTTP {status} from {self.config.url}: {_body_text(data)}"
+        reason = f"HTTP {status} from {self.config.url}: {answer.text()}"
         if status >= 500:
             raise RetryableError(reason)
         if status == 429:
-            raise RetryableError(reason, _retry_after_s(response.getheader("Retry-After")))
+            raise RetryableError(reason, answer.retry_after_s())
         raise PermanentError(reason)
-
-    def _connection(self) -> http.client.HTTPConnection:
-        with self._conn_lock:
-            if self._conn is None:
-                cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-                self._conn = cls(self._host, self._port, timeout=self.config.timeout_s)
-            return self._conn
-
-    def _close(self) -> None:
-        with self._conn_lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-
-def _body_text(data: bytes) -> str:
-    text = data.decode("utf-8", errors="replace").strip()
-    if len(text) > _MAX_LOGGED_BODY_CHARS:
-        return text[:_MAX_LOGGED_BODY_CHARS] + "... (truncated)"
-    return text or "(empty body)"
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    """``Retry-After`` as seconds from now: delay-seconds or an HTTP date; None if absent or invalid."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 __all__ = ["RemoteWriteConfig", "RemoteWriteExporter"]

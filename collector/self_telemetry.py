@@ -1,12 +1,12 @@
 """The collector's own health as Prometheus families, named like the OpenTelemetry Collector's.
 
-Receivers count data points accepted and refused per transport
-(``otelcol_receiver_{accepted,refused}_metric_points{receiver="otlp",transport}``);
-exporters report sent, failed and dropped points and their queue
-(``otelcol_exporter_{sent,send_failed,enqueue_failed}_metric_points``,
-``otelcol_exporter_queue_{size,capacity}``, labelled ``exporter``); the store
-reports the series it holds. Thread-safety: `count` takes a lock; `families`
-reads exporters' own thread-safe `stats()`.
+Receivers count what they accepted and refused per transport and signal
+(``otelcol_receiver_{accepted,refused}_{metric_points,spans}{receiver="otlp",transport}``);
+exporters report sent, failed and dropped records and their queue
+(``otelcol_exporter_{sent,send_failed,enqueue_failed}_{metric_points,spans}``,
+``otelcol_exporter_queue_{size,capacity}``, labelled ``exporter`` and ``data_type``); the
+store reports the series it holds. Span families appear once the collector takes traces.
+Thread-safety: `count` takes a lock; `families` reads exporters' own thread-safe `stats()`.
 """
 
 from __future__ import annotations
@@ -19,16 +19,20 @@ from otel_llm.exposition import label_text
 from otel_llm.instruments import Kind
 
 
+_RECORDS = {"metrics": ("metric_points", "metric points"), "traces": ("spans", "spans")}
+
+
 class SelfTelemetry:
-    def __init__(self, num_series: Callable[[], int]):
+    def __init__(self, num_series: Callable[[], int], data_types: tuple[str, ...] = ("metrics",)):
         self._lock = threading.Lock()
-        self._receiver: dict[str, list[int]] = {}  # transport -> [accepted, refused]
-        self._exporters: list = []  # objects with .name and .stats() -> (sent, send_failed, enqueue_failed, size, capacity)
+        self._data_types = data_types
+        self._receiver: dict[tuple[str, str], list[int]] = {}  # (data type, transport) -> [accepted, refused]
+        self._exporters: list = []  # with .name, .data_type, .stats() -> (sent, send_failed, enqueue_failed, size, cap)
         self._num_series = num_series
 
-    def count(self, transport: str, accepted: int, refused: int) -> None:
+    def count(self, transport: str, accepted: int, refused: int, data_type: str = "metrics") -> None:
         with self._lock:
-            counts = self._receiver.setdefault(transport, [0, 0])
+            counts = self._receiver.setdefault((data_type, transport), [0, 0])
             counts[0] += accepted
             counts[1] += refused
 
@@ -37,29 +41,39 @@ class SelfTelemetry:
 
     def families(self) -> tuple[SelfFamily, ...]:
         with self._lock:
-            receiver = {t: tuple(c) for t, c in self._receiver.items()}
-        rx = {t: label_text((("receiver", "otlp"), ("transport", t))) for t in receiver}
-        out = [
-            SelfFamily("otelcol_receiver_accepted_metric_points", Kind.COUNTER,
-                       "Number of metric points successfully pushed into the pipeline.",
-                       tuple((rx[t], c[0]) for t, c in receiver.items())),
-            SelfFamily("otelcol_receiver_refused_metric_points", Kind.COUNTER,
-                       "Number of metric points that could not be pushed into the pipeline.",
-                       tuple((rx[t], c[1]) for t, c in receiver.items())),
-        ]
-        if self._exporters:
-            stats = [(label_text((("exporter", e.name), ("data_type", "metrics"))), e.stats()) for e in self._exporters]
-            for i, (name, kind, help_text) in enumerate((
-                ("otelcol_exporter_sent_metric_points", Kind.COUNTER,
-                 "Number of metric points successfully sent to destination."),
-                ("otelcol_exporter_send_failed_metric_points", Kind.COUNTER,
-                 "Number of metric points in failed attempts to send to destination."),
-                ("otelcol_exporter_enqueue_failed_metric_points", Kind.COUNTER,
-                 "Number of metric points failed to be added to the sending queue."),
-                ("otelcol_exporter_queue_size", Kind.GAUGE, "Current size of the retry queue (in batches)."),
-                ("otelcol_exporter_queue_capacity", Kind.GAUGE, "Fixed capacity of the retry queue (in batches)."),
-            )):
-                out.append(SelfFamily(name, kind, help_text, tuple((labels, s[i]) for labels, s in stats)))
+            receiver = {key: tuple(c) for key, c in self._receiver.items()}
+        out = []
+        for data_type in self._data_types:
+            records, words = _RECORDS[data_type]
+            counts = [(label_text((("receiver", "otlp"), ("transport", t))), c)
+                      for (d, t), c in receiver.items() if d == data_type]
+            out += [
+                SelfFamily(f"otelcol_receiver_accepted_{records}", Kind.COUNTER,
+                           f"Number of {words} successfully pushed into the pipeline.",
+                           tuple((labels, c[0]) for labels, c in counts)),
+                SelfFamily(f"otelcol_receiver_refused_{records}", Kind.COUNTER,
+                           f"Number of {words} that could not be pushed into the pipeline.",
+                           tuple((labels, c[1]) for labels, c in counts)),
+            ]
+        stats = [(e.data_type, label_text((("exporter", e.name), ("data_type", e.data_type))), e.stats())
+                 for e in self._exporters]
+        for data_type in self._data_types:
+            records, words = _RECORDS[data_type]
+            mine = [(labels, s) for d, labels, s in stats if d == data_type]
+            if not mine:
+                continue
+            for i, (name, help_text) in enumerate((
+                    (f"otelcol_exporter_sent_{records}", f"Number of {words} successfully sent to destination."),
+                    (f"otelcol_exporter_send_failed_{records}",
+                     f"Number of {words} in failed attempts to send to destination."),
+                    (f"otelcol_exporter_enqueue_failed_{records}",
+                     f"Number of {words} failed to be added to the sending queue."))):
+                out.append(SelfFamily(name, Kind.COUNTER, help_text, tuple((labels, s[i]) for labels, s in mine)))
+        if stats:
+            for i, (name, help_text) in enumerate((
+                    ("otelcol_exporter_queue_size", "Current size of the retry queue (in batches)."),
+                    ("otelcol_exporter_queue_capacity", "Fixed capacity of the retry queue (in batches).")), 3):
+                out.append(SelfFamily(name, Kind.GAUGE, help_text, tuple((labels, s[i]) for _, labels, s in stats)))
         out.append(SelfFamily("otel_llm_collector_series", Kind.GAUGE, "Input series the collector holds.",
                               (("", self._num_series()),)))
         return tuple(out)

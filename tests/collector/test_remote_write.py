@@ -11,8 +11,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import Any
 
 import cramjam
 import pytest
@@ -38,6 +37,7 @@ from collector.prw_proto import (
 )
 from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExporter
 from tests.harness import free_port
+from tests.harness.scripted_http import ScriptedReceiver
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 SPAN_ID = "b7ad6b7169203331"
@@ -116,58 +116,6 @@ def test_empty_request() -> None:
 
 
 # ---------------------------------------------------------------- a scripted receiver
-
-
-class Received(NamedTuple):
-    time_s: float  # monotonic
-    headers: dict[str, str]
-    body: bytes
-    client_port: int
-
-
-class ScriptedReceiver:
-    """A remote-write endpoint on 127.0.0.1:0 answering each POST with the next
-    ``(status, headers, body)`` of ``script``, then 204. ``hold`` blocks handlers until set."""
-
-    def __init__(self, script: list[tuple[int, dict[str, str], bytes]] | None = None) -> None:
-        self.script = list(script or [])
-        self.received: list[Received] = []
-        self.hold = threading.Event()
-        self.hold.set()
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with receiver.lock:
-                    receiver.received.append(Received(time.monotonic(), dict(self.headers), body,
-                                                      self.client_address[1]))
-                    status, headers, answer = receiver.script.pop(0) if receiver.script else (204, {}, b"")
-                receiver.hold.wait(10)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/v1/write"
-
-    def close(self) -> None:
-        self.hold.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -462,7 +410,7 @@ def test_public_surface() -> None:
 
     assert sorted(exporter_module.__all__) == ["RemoteWriteConfig", "RemoteWriteExporter"]
     assert sorted(queue_module.__all__) == [
-        "ExporterQueue", "PermanentError", "QueueConfig", "QueueStats", "RetryConfig", "RetryableError",
+        "Batch", "ExporterQueue", "PermanentError", "QueueConfig", "QueueStats", "RetryConfig", "RetryableError",
     ]
     assert sorted(proto_module.__all__) == [
         "Exemplar", "Label", "MetricMetadata", "PrwExemplar", "PrwSeries", "STALE_NAN", "Sample",

@@ -1,0 +1,170 @@
+"""OTLP trace exporter: ExportTraceServiceRequest bytes -> one trace backend, over OTLP/HTTP
+protobuf (``http(s)://host:port[/path]``, ``/v1/traces`` when no path is given) or OTLP/gRPC
+(``grpc://host:port``, plain text).
+
+`export` offers the request as it was received (never decoded again) to this backend's own
+`ExporterQueue`; the queue's thread merges the requests waiting behind one into batches of up
+to ``max_batch_spans`` (serialized requests concatenate into one: protobuf appends their
+repeated ``resource_spans``) and sends them. What is retried is what the OTLP specification
+calls retryable: HTTP 429, 502, 503, 504 (no sooner than ``Retry-After``) and network errors;
+gRPC CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS, and
+RESOURCE_EXHAUSTED when the server sends a ``RetryInfo`` (its delay is honoured). Anything
+else is dropped at once and counted ``send_failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.parse
+from dataclasses import dataclass
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from collector.exporter_queue import (
+    Batch, ExporterQueue, PermanentError, QueueConfig, QueueStats, RetryableError, RetryConfig,
+)
+from collector.http_sender import HttpSender, check_headers, check_http_url
+from otel_llm import __version__
+
+logger = logging.getLogger(__name__)
+
+_GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
+_RETRYABLE_GRPC = frozenset({
+    grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
+    grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS,
+})
+_RESERVED_HEADERS = frozenset({"content-type", "user-agent"})
+
+
+@dataclass(frozen=True)
+class TraceExporterConfig:
+    url: str  # http(s)://host:port[/path] or grpc://host:port
+    name: str = "otlp"  # id in logs and self-telemetry, e.g. "otlphttp/0"
+    timeout_s: float = 10.0  # per send (HTTP: per socket operation; gRPC: the RPC's deadline)
+    max_batch_spans: int = 512
+    queue: QueueConfig = QueueConfig(queue_size=1000, max_bytes=64 * 1024 * 1024)
+    retry: RetryConfig = RetryConfig()
+    headers: tuple[tuple[str, str], ...] = ()  # extra ones (HTTP headers, gRPC metadata)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.url, str) and self.url.startswith("grpc://"):
+            parts = urllib.parse.urlsplit(self.url)
+            try:
+                port = parts.port
+            except ValueError:
+                port = None
+            if not parts.hostname or port is None or parts.path not in ("", "/"):
+                raise ValueError(f"TraceExporterConfig.url: {self.url!r} is not grpc://host:port")
+        else:
+            check_http_url(self.url, "TraceExporterConfig.url (http(s)://host:port[/path] or grpc://host:port)")
+        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
+            raise ValueError(f"TraceExporterConfig.timeout_s must be > 0, got {self.timeout_s!r}")
+        if not (isinstance(self.max_batch_spans, int) and self.max_batch_spans >= 1):
+            raise ValueError(f"TraceExporterConfig.max_batch_spans must be an int >= 1, got {self.max_batch_spans!r}")
+        check_headers(self.headers, _RESERVED_HEADERS, "TraceExporterConfig.headers")
+
+    @property
+    def grpc(self) -> bool:
+        return self.url.startswith("grpc://")
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go: host:port for gRPC, the full URL for HTTP."""
+        if self.grpc:
+            return self.url.removeprefix("grpc://").rstrip("/")
+        parts = urllib.parse.urlsplit(self.url)
+        return self.url if parts.path not in ("", "/") else self.url.rstrip("/") + "/v1/traces"
+
+
+class TraceExporter:
+    """Sends to one backend from its own queue and thread. `export`, `stats` and `stop` may be
+    called from any thread."""
+
+    data_type = "traces"
+
+    def __init__(self, config: TraceExporterConfig) -> None:
+        self.config = config
+        self.name = config.name
+        headers = {**dict(config.headers), "User-Agent": f"otel-llm/{__version__}"}
+        self._http = None if config.grpc else HttpSender(
+            config.endpoint, config.timeout_s, {**headers, "Content-Type": "application/x-protobuf"})
+        self._metadata = tuple((k.lower(), v) for k, v in headers.items())
+        self._channel: grpc.Channel | None = None
+        self._channel_lock = threading.Lock()
+        self._queue: ExporterQueue[bytes] = ExporterQueue(
+            self.name, self._send, config.queue, config.retry, unit="spans",
+            batch=Batch(config.max_batch_spans, b"".join))
+
+    def start(self) -> None:
+        self._queue.start()
+
+    def export(self, request: bytes, spans: int) -> None:
+        """Queue one serialized ExportTraceServiceRequest carrying ``spans``; never blocks, never
+        raises. When the queue is full the spans are counted ``enqueue_failed`` and dropped."""
+        self._queue.offer(request, spans, len(request))
+
+    def stats(self) -> QueueStats:
+        return self._queue.stats()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Send what is queued for up to ``timeout_s``, then drop the rest (counted ``send_failed``)
+        and abort a send still in flight."""
+        done = self._queue.stop(timeout_s)
+        if self._http is not None and not done:
+            self._http.abort()
+        elif self._http is not None:
+            self._http.close()
+        with self._channel_lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()  # cancels an RPC in flight
+
+    def _send(self, body: bytes) -> None:
+        if self._http is None:
+            self._send_grpc(body)
+            return
+        answer = self._http.post(body)
+        if 200 <= answer.status < 300:
+            return
+        reason = f"HTTP {answer.status} from {self.config.endpoint}: {answer.text()}"
+        if answer.status in _RETRYABLE_HTTP:
+            raise RetryableError(reason, answer.retry_after_s())
+        raise PermanentError(reason)
+
+    def _send_grpc(self, body: bytes) -> None:
+        with self._channel_lock:
+            if self._channel is None:
+                self._channel = grpc.insecure_channel(self.config.endpoint)
+            export = self._channel.unary_unary(_GRPC_METHOD, request_serializer=None, response_deserializer=None)
+        try:
+            export(body, timeout=self.config.timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            reason = f"gRPC {code.name} from {self.config.endpoint}: {exc.details() if hasattr(exc, 'details') else exc}"
+            delay = _retry_delay_s(exc)
+            if code in _RETRYABLE_GRPC or (code is grpc.StatusCode.RESOURCE_EXHAUSTED and delay is not None):
+                raise RetryableError(reason, delay) from None
+            raise PermanentError(reason) from None
+
+
+def _retry_delay_s(exc: grpc.RpcError) -> float | None:
+    """The ``google.rpc.RetryInfo`` delay in the error's status details, if the server sent one."""
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == "grpc-status-details-bin":
+            try:
+                status = status_pb2.Status.FromString(value)
+            except Exception:  # a malformed detail is no reason to fail the retry decision
+                return None
+            for detail in status.details:
+                if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                    info = error_details_pb2.RetryInfo()
+                    detail.Unpack(info)
+                    return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return None
+
+
+__all__ = ["TraceExporter", "TraceExporterConfig"]

@@ -1,0 +1,99 @@
+"""The collector's traces pipeline with real parts: OTel SDK exporters (HTTP and gRPC) and a real
+`otel-llm serve` as sources, two OTLP backends (receivers started here), one of them down and
+then back."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from collector.app import Collector, CollectorConfig
+from collector.memory_sink import MemorySink
+from collector.otlp_grpc_receiver import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
+from collector.otlp_receiver import OtlpReceiver
+from tests.collector.otlp_builders import samples
+from tests.harness import free_port
+from tests.server.api.api_server_harness import ServerProcess, wait_until
+
+
+def collector_with(*traces_to: str) -> Collector:
+    return Collector(CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, traces_to=traces_to))
+
+
+def send_spans(exporter, service: str, n: int) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=64))
+    tracer = provider.get_tracer("test")
+    for i in range(n):
+        with tracer.start_as_current_span(f"{service} {i}"):
+            pass
+    assert provider.force_flush(10_000)
+    provider.shutdown()
+
+
+def names(sink: MemorySink) -> list[str]:
+    return [s.name for s in sink.received_spans()]
+
+
+def own_metrics(collector: Collector) -> dict[str, float]:
+    return samples(collector.render().decode())
+
+
+def test_sdk_spans_reach_a_healthy_backend_at_once_and_a_recovered_one_after():
+    healthy, late = MemorySink(), MemorySink()
+    late_port = free_port()
+    with OtlpReceiver(healthy) as backend, collector_with(f"{backend.endpoint}/v1/traces",
+                                                          f"grpc://127.0.0.1:{late_port}") as collector:
+        send_spans(HttpSpanExporter(endpoint=f"{collector.http.endpoint}/v1/traces"), "over-http", 300)
+        send_spans(GrpcSpanExporter(endpoint=collector.grpc.endpoint, insecure=True), "over-grpc", 200)
+        assert wait_until(lambda: len(names(healthy)) == 500, timeout_s=10), len(names(healthy))
+        assert names(late) == []  # its backend is still down: retried, not lost, and not in the way
+        with OtlpGrpcReceiver(late, OtlpGrpcReceiverConfig(port=late_port)):
+            assert wait_until(lambda: len(names(late)) == 500, timeout_s=20), len(names(late))
+            got = {n: sorted(names(sink)) for n, sink in (("healthy", healthy), ("late", late))}
+            assert got["healthy"] == got["late"] == sorted([f"over-http {i}" for i in range(300)] +
+                                                          [f"over-grpc {i}" for i in range(200)])
+            own = own_metrics(collector)
+    assert own['otelcol_receiver_accepted_spans_total{receiver="otlp",transport="http"}'] == 300
+    assert own['otelcol_receiver_accepted_spans_total{receiver="otlp",transport="grpc"}'] == 200
+    for exporter in ("otlphttp/0", "otlp/1"):
+        labels = f'{{exporter="{exporter}",data_type="traces"}}'
+        assert own[f"otelcol_exporter_sent_spans_total{labels}"] == 500
+        assert own[f"otelcol_exporter_send_failed_spans_total{labels}"] == 0
+        assert own[f"otelcol_exporter_queue_capacity{labels}"] == 1000
+
+
+def test_bad_trace_input_is_refused_and_nothing_is_forwarded():
+    sink = MemorySink()
+    with OtlpReceiver(sink) as backend, collector_with(f"{backend.endpoint}/v1/traces") as collector:
+        bad = httpx.post(f"{collector.http.endpoint}/v1/traces", content=b"\x0a\xff\xff",
+                         headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+        assert bad.status_code == 400 and b"malformed protobuf ExportTraceServiceRequest" in bad.content
+        junk = httpx.post(f"{collector.http.endpoint}/v1/traces", content=b"{not json",
+                          headers={"Content-Type": "application/json"}, timeout=10)
+        assert junk.status_code == 400
+        assert collector.render()  # still serving
+    assert names(sink) == []
+
+
+@pytest.mark.slow
+def test_a_real_servers_request_spans_pass_through():
+    sink = MemorySink()
+    with OtlpReceiver(sink) as backend, collector_with(f"{backend.endpoint}/v1/traces") as collector:
+        server = ServerProcess("--otlp-traces-endpoint", f"{collector.http.endpoint}/v1/traces",
+                               env={"OTEL_BSP_SCHEDULE_DELAY": "200"}).start()
+        try:
+            for _ in range(3):
+                r = httpx.post(f"{server.url}/v1/completions", timeout=60,
+                               json={"model": "dummy", "prompt": "hi", "max_tokens": 4})
+                assert r.status_code == 200
+            assert wait_until(lambda: names(sink).count("text_completion dummy") == 3, timeout_s=20), names(sink)
+        finally:
+            server.stop()
+    spans = sink.received_spans()
+    assert {"queue", "prefill", "decode"} <= {s.name for s in spans}
