@@ -213,15 +213,18 @@ def trace_export(index: int, spans: int = 512) -> bytes:
     return request.SerializeToString()
 
 
-def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool) -> dict:
-    """Spans forwarded (backend up) or taken (backend down for the whole run) per collector CPU-second."""
+def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: bool = False) -> dict:
+    """Spans forwarded (backend up) or taken (backend down for the whole run) per collector CPU-second;
+    `on_disk`: with the queue in a SQLite file (--storage-dir)."""
+    import tempfile
+
     from collector.otlp_receiver import OtlpReceiver
 
     spans = sum(len(ss.spans) for body in bodies[:1]
                 for rs in ExportTraceServiceRequest.FromString(body).resource_spans for ss in rs.scope_spans)
-    with OtlpReceiver(lambda signal, payload: None) as backend:
+    with OtlpReceiver(lambda signal, payload: None) as backend, tempfile.TemporaryDirectory() as storage:
         url = f"{backend.endpoint}/v1/traces" if backend_up else "http://127.0.0.1:9/v1/traces"
-        with CollectorProcess("--traces-to", url) as collector:
+        with CollectorProcess("--traces-to", url, *(["--storage-dir", storage] if on_disk else [])) as collector:
             send_http(collector.http_port, bodies[:1], 0.2, "/v1/traces")  # warm up
             before_cpu = collector.cpu_s()
             before = {k: collector.counter(k) for k in ("otelcol_exporter_sent_spans", "otelcol_receiver_accepted_spans")}
@@ -361,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     result["scrape"] = scrape_ms(single, 5 if args.quick else 30)
     traces = [trace_export(i) for i in range(8)]
     result["traces_forward_http"] = traces_rate(traces, seconds, backend_up=True)
+    result["traces_forward_http_disk_queue"] = traces_rate(traces, seconds, backend_up=True, on_disk=True)
     result["traces_backend_down_http"] = traces_rate(traces, 2 * seconds, backend_up=False)
     if args.e2e_seconds > 0:
         import tempfile
@@ -373,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         "ingest_grpc_200k_per_cpu_s": result["ingest_grpc_batched"]["points_per_cpu_s"] >= 200_000,
         "scrape_50_servers_20ms": result["scrape"]["openmetrics_ms"] <= 20 and args.servers >= 50,
         "traces_forward_20k_spans_per_cpu_s": result["traces_forward_http"]["spans_per_cpu_s"] >= 20_000,
+        "traces_disk_queue_10k_spans_per_cpu_s": result["traces_forward_http_disk_queue"]["spans_per_cpu_s"] >= 10_000,
     }
     e2e = result.get("end_to_end", {})
     if "exact" in e2e:

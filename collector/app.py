@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from collector import exposition
+from collector.exporter_queue import QueueConfig
 from collector.metric_store import MetricStore, StoreConfig
 from collector.otlp_grpc_receiver import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
 from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
@@ -32,6 +33,9 @@ from collector.trace_exporter import TraceExporter, TraceExporterConfig
 from collector.trace_pipeline import TracePipeline
 
 logger = logging.getLogger("otel_llm.collector")
+
+
+DISK_QUEUE = QueueConfig(queue_size=1_000_000, max_bytes=4 * 1024**3)  # per backend, with storage_dir
 
 
 @dataclass(frozen=True)
@@ -47,12 +51,15 @@ class CollectorConfig:
     housekeeping_interval_s: float = 1.0  # expiry, and remote-write pushes of what changed
     remote_write_urls: tuple[str, ...] = ()
     traces_to: tuple[str, ...] = ()  # trace backends: http(s)://host:port[/path] or grpc://host:port
+    storage_dir: str | None = None  # trace backends' queues on disk there (SQLite), else in memory
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
 
     def trace_exporter_configs(self) -> list[TraceExporterConfig]:
-        return [TraceExporterConfig(url, name=f"{'otlp' if url.startswith('grpc://') else 'otlphttp'}/{i}")
+        queue = {} if self.storage_dir is None else {"queue": DISK_QUEUE}
+        return [TraceExporterConfig(url, name=f"{'otlp' if url.startswith('grpc://') else 'otlphttp'}/{i}",
+                                    storage_dir=self.storage_dir, **queue)
                 for i, url in enumerate(self.traces_to)]
 
     def __post_init__(self) -> None:

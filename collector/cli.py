@@ -10,6 +10,7 @@ import argparse
 import logging
 import re
 import signal
+import sqlite3
 import sys
 import threading
 
@@ -92,6 +93,9 @@ def add_parser(sub) -> None:
                    help="forward the spans servers send to this OTLP backend: http(s)://host:port[/v1/traces] "
                         "(OTLP/HTTP protobuf) or grpc://host:port (OTLP/gRPC); repeatable, each with its own "
                         "queue and retries. Without it, traces are not taken (/v1/traces answers 404)")
+    p.add_argument("--storage-dir", metavar="DIR",
+                   help="keep each trace backend's queue in a SQLite file here (up to 4 GiB each): spans the "
+                        "collector acknowledged reach their backends after a crash or restart")
     at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")
     at_scale.add_argument("--print-otelcol-config", action="store_true",
                           help="print an otelcol-contrib YAML config that does what this collector does "
@@ -108,7 +112,7 @@ def config_from_args(args: argparse.Namespace):
     return CollectorConfig(
         host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
         prometheus_port=args.prometheus_port, remote_write_urls=tuple(args.remote_write_url),
-        traces_to=tuple(args.traces_to),
+        traces_to=tuple(args.traces_to), storage_dir=args.storage_dir,
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )
@@ -140,7 +144,17 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
 
-    collector = Collector(config_from_args(args))
+    config = config_from_args(args)
+    if config.storage_dir and not config.traces_to:
+        print("otel-llm collector: error: --storage-dir holds trace backends' queues: add --traces-to URL",
+              file=sys.stderr)
+        return 2
+    try:
+        collector = Collector(config)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"otel-llm collector: error: cannot open the queue in --storage-dir {config.storage_dir}: {exc}",
+              file=sys.stderr)
+        return 1
     try:
         collector.start()
     except (OSError, RuntimeError) as exc:  # a port in use (gRPC says RuntimeError)

@@ -14,7 +14,9 @@ the exporter before queueing), or is still queued or in flight. Drops are logged
 as one warning per interval with the totals, never one line per record or request.
 
 With a `Batch`, the consumer merges the items waiting behind the one it takes, up
-to ``max_records``, into one send (it never waits for more to arrive).
+to ``max_records``, into one send (it never waits for more to arrive). Items are
+kept in memory, or (a `SqliteStorage`) on disk: then what is still queued at `stop`
+stays there for the next start instead of being dropped.
 
 Thread-safety: `offer`, `reject`, `stats` and `stop` may be called from any
 thread; ``send`` is only ever called from the consumer thread, one item at a
@@ -25,12 +27,14 @@ from __future__ import annotations
 
 import logging
 import random
+import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
+
+from collector.queue_storage import MemoryStorage, SqliteStorage
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +136,7 @@ class ExporterQueue(Generic[T]):
         retry: RetryConfig = RetryConfig(),
         unit: str = "points",
         batch: Batch | None = None,
+        storage: MemoryStorage | SqliteStorage | None = None,
     ) -> None:
         self.name = name
         self._send = send
@@ -142,8 +147,7 @@ class ExporterQueue(Generic[T]):
         self._random = random.Random()
         self._cond = threading.Condition()
         # Guarded by _cond:
-        self._items: deque[tuple[T, int, int]] = deque()  # (item, records, bytes)
-        self._bytes = 0
+        self._items = storage if storage is not None else MemoryStorage()
         self._closed = False
         self._stop_deadline = float("inf")  # monotonic; retries and sends end there
         self._sent = self._send_failed = self._enqueue_failed = 0
@@ -161,15 +165,19 @@ class ExporterQueue(Generic[T]):
         """Queue ``item`` (carrying ``points`` records, ``size_bytes`` long) unless full or stopped;
         never blocks. On False the records are counted ``enqueue_failed``."""
         with self._cond:
-            fits = self._max_bytes is None or self._bytes + size_bytes <= self._max_bytes
-            if not self._closed and len(self._items) < self._capacity and fits:
-                self._items.append((item, points, size_bytes))
-                self._bytes += size_bytes
-                self._cond.notify()
-                return True
+            items = self._items
+            fits = self._max_bytes is None or items.bytes + size_bytes <= self._max_bytes
+            if not self._closed and items.count < self._capacity and fits:
+                try:
+                    items.put(item, points, size_bytes)
+                    self._cond.notify()
+                    return True
+                except sqlite3.Error as exc:  # the disk is full or gone: this item only
+                    reason = f"cannot store in the sending queue: {exc}"
+            else:
+                reason = ("exporter stopped" if self._closed else
+                          f"sending queue full ({self._capacity} requests, {self._max_bytes} bytes)")
             self._enqueue_failed += points
-            reason = ("exporter stopped" if self._closed else
-                      f"sending queue full ({self._capacity} requests, {self._max_bytes} bytes)")
         self._drops.drop("enqueue_failed", points, reason)
         return False
 
@@ -182,11 +190,12 @@ class ExporterQueue(Generic[T]):
     def stats(self) -> QueueStats:
         with self._cond:
             return QueueStats(self._sent, self._send_failed, self._enqueue_failed,
-                              len(self._items), self._capacity)
+                              self._items.count, self._capacity)
 
     def stop(self, timeout_s: float) -> bool:
         """Refuse new items; keep sending (and retrying) what is queued for up to
-        ``timeout_s``; then drop what is still queued, counted ``send_failed``.
+        ``timeout_s``; then drop what is still queued, counted ``send_failed`` (on disk,
+        it stays for the next start).
 
         Returns within about ``timeout_s``: True if everything was sent or dropped by the
         consumer and it has exited; False if a send was still in flight (its outcome is
@@ -201,71 +210,75 @@ class ExporterQueue(Generic[T]):
         if thread is not None:
             thread.join(max(0.0, timeout_s))
         with self._cond:
-            left = list(self._items)
-            self._items.clear()
-            self._bytes = 0
-            dropped = sum(points for _, points, _ in left)
+            requests = self._items.count
+            dropped = self._items.clear()
             self._send_failed += dropped
-        if left:
-            self._drops.drop("send_failed", dropped, f"still queued at shutdown ({len(left)} requests)")
+            stopped = thread is None or not thread.is_alive()
+            if stopped:
+                self._items.close()
+        if dropped:
+            self._drops.drop("send_failed", dropped, f"still queued at shutdown ({requests} requests)")
         self._drops.flush()
-        return thread is None or not thread.is_alive()
+        return stopped
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._items and not self._closed:
+                while not self._items.count and not self._closed:
                     self._cond.wait()
-                if not self._items:
+                try:
+                    taken = self._items.take(None if self._batch is None else self._batch.max_records)
+                except sqlite3.Error:
+                    logger.exception("%s: cannot read the sending queue; the sender stops", self.name)
                     return
-                item, points, size = self._items.popleft()
-                self._bytes -= size
-                if self._batch is not None and self._items and points + self._items[0][1] <= self._batch.max_records:
-                    merged = [item]
-                    while self._items and points + self._items[0][1] <= self._batch.max_records:
-                        more, n, size = self._items.popleft()
-                        self._bytes -= size
-                        merged.append(more)
-                        points += n
-                    item = self._batch.merge(merged)
-            error = self._deliver(item)
+                if taken is None:
+                    return
+            points = taken.records
+            item = taken.items[0] if len(taken.items) == 1 else self._batch.merge(taken.items)
+            error, interrupted = self._deliver(item)
             with self._cond:
+                if interrupted and self._items.persistent:
+                    return  # shutdown: the batch stays on disk and is sent after the restart
                 if error is None:
                     self._sent += points
                 else:
                     self._send_failed += points
+                try:
+                    self._items.done(taken.key)
+                except sqlite3.Error:  # it stays in the file and is sent again after a restart
+                    logger.exception("%s: cannot remove a sent batch from the sending queue", self.name)
             if error is not None:
                 self._drops.drop("send_failed", points, error)
 
-    def _deliver(self, item: T) -> str | None:
-        """Try ``item`` until sent (None) or given up (the reason)."""
+    def _deliver(self, item: T) -> tuple[str | None, bool]:
+        """Try ``item`` until sent (None) or given up (the reason); True when shutdown stopped it."""
         first_try = time.monotonic()
         interval = self._retry.initial_interval_s
         while True:
             if time.monotonic() >= self._stop_deadline:  # a float read; stop() only lowers it
-                return "not sent before the shutdown deadline"
+                return "not sent before the shutdown deadline", True
             try:
                 self._send(item)
-                return None
+                return None, False
             except PermanentError as exc:
-                return exc.reason
+                return exc.reason, False
             except RetryableError as exc:
                 failure, retry_after_s = exc.reason, exc.retry_after_s
             except Exception as exc:  # a bug in send: drop the item, keep the thread
                 logger.exception("%s: send raised unexpectedly", self.name)
-                return f"unexpected {type(exc).__name__}: {exc}"
+                return f"unexpected {type(exc).__name__}: {exc}", False
             if not self._retry.enabled:
-                return failure
+                return failure, False
             jitter = self._retry.randomization_factor * (2 * self._random.random() - 1)
             delay = max(interval * (1 + jitter), retry_after_s or 0.0)
             interval = min(interval * self._retry.multiplier, self._retry.max_interval_s)
             retry_at = time.monotonic() + delay
             max_elapsed_s = self._retry.max_elapsed_time_s
             if max_elapsed_s and retry_at - first_try > max_elapsed_s:
-                return f"{failure} (no retry left within {max_elapsed_s:g} s)"
+                return f"{failure} (no retry left within {max_elapsed_s:g} s)", False
             logger.debug("%s: send failed (%s); retrying in %.3f s", self.name, failure, delay)
             if not self._wait_until(retry_at):
-                return f"{failure} (stopped before the next retry)"
+                return f"{failure} (stopped before the next retry)", True
 
     def _wait_until(self, retry_at: float) -> bool:
         """Sleep until ``retry_at`` (monotonic); False as soon as that is past the stop

@@ -9,7 +9,9 @@ repeated ``resource_spans``) and sends them. What is retried is what the OTLP sp
 calls retryable: HTTP 429, 502, 503, 504 (no sooner than ``Retry-After``) and network errors;
 gRPC CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS, and
 RESOURCE_EXHAUSTED when the server sends a ``RetryInfo`` (its delay is honoured). Anything
-else is dropped at once and counted ``send_failed``.
+else is dropped at once and counted ``send_failed``. With ``storage_dir`` the queue is a SQLite
+file (one per backend): what a receiver acknowledged is on disk before the answer goes out
+and reaches the backend at least once, across ``kill -9`` and restarts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import threading
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
@@ -26,6 +29,7 @@ from collector.exporter_queue import (
     Batch, ExporterQueue, PermanentError, QueueConfig, QueueStats, RetryableError, RetryConfig,
 )
 from collector.http_sender import HttpSender, check_headers, check_http_url
+from collector.queue_storage import SqliteStorage, storage_path
 from otel_llm import __version__
 
 logger = logging.getLogger(__name__)
@@ -48,6 +52,7 @@ class TraceExporterConfig:
     queue: QueueConfig = QueueConfig(queue_size=1000, max_bytes=64 * 1024 * 1024)
     retry: RetryConfig = RetryConfig()
     headers: tuple[tuple[str, str], ...] = ()  # extra ones (HTTP headers, gRPC metadata)
+    storage_dir: str | None = None  # the queue in a SQLite file there (survives a restart), else in memory
 
     def __post_init__(self) -> None:
         if isinstance(self.url, str) and self.url.startswith("grpc://"):
@@ -94,9 +99,11 @@ class TraceExporter:
         self._metadata = tuple((k.lower(), v) for k, v in headers.items())
         self._channel: grpc.Channel | None = None
         self._channel_lock = threading.Lock()
+        storage = None if config.storage_dir is None else SqliteStorage(
+            storage_path(Path(config.storage_dir), "traces", config.endpoint))
         self._queue: ExporterQueue[bytes] = ExporterQueue(
             self.name, self._send, config.queue, config.retry, unit="spans",
-            batch=Batch(config.max_batch_spans, b"".join))
+            batch=Batch(config.max_batch_spans, b"".join), storage=storage)
 
     def start(self) -> None:
         self._queue.start()
