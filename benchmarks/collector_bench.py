@@ -123,12 +123,13 @@ class CollectorProcess:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
         return round(int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)[1]) / 1024, 1)
 
-    def counter(self, name: str) -> float:
-        """The sum of one of the collector's own counters over its label sets."""
+    def counter(self, name: str, having: str = "") -> float:
+        """The sum of one of the collector's own counters over its label sets (those with `having`)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.prom_port, timeout=30)
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
-        return sum(float(m) for m in re.findall(rf"^{name}_total\{{.*\}} (\S+)$", text, re.M))
+        return sum(float(m) for m in re.findall(rf"^{name}_total\{{[^}}]*{re.escape(having)}[^}}]*\}} (\S+)$",
+                                                text, re.M))
 
     def accepted(self) -> float:
         return self.counter("otelcol_receiver_accepted_metric_points")
@@ -213,9 +214,11 @@ def trace_export(index: int, spans: int = 512) -> bytes:
     return request.SerializeToString()
 
 
-def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: bool = False) -> dict:
-    """Spans forwarded (backend up) or taken (backend down for the whole run) per collector CPU-second;
-    `on_disk`: with the queue in a SQLite file (--storage-dir)."""
+def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: bool = False,
+                sampling: bool = False) -> dict:
+    """Spans taken per collector CPU-second, once forwarded (backend up) or dropped (backend down for
+    the whole run); `on_disk`: with the queue in a SQLite file (--storage-dir); `sampling`: with
+    --tail-sampling (default thresholds; spans dropped by the sampler count as done)."""
     import tempfile
 
     from collector.otlp_receiver import OtlpReceiver
@@ -224,14 +227,19 @@ def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: 
                 for rs in ExportTraceServiceRequest.FromString(body).resource_spans for ss in rs.scope_spans)
     with OtlpReceiver(lambda signal, payload: None) as backend, tempfile.TemporaryDirectory() as storage:
         url = f"{backend.endpoint}/v1/traces" if backend_up else "http://127.0.0.1:9/v1/traces"
-        with CollectorProcess("--traces-to", url, *(["--storage-dir", storage] if on_disk else [])) as collector:
+        flags = [*(["--storage-dir", storage] if on_disk else []), *(["--tail-sampling"] if sampling else [])]
+        with CollectorProcess("--traces-to", url, *flags) as collector:
             send_http(collector.http_port, bodies[:1], 0.2, "/v1/traces")  # warm up
             before_cpu = collector.cpu_s()
             before = {k: collector.counter(k) for k in ("otelcol_exporter_sent_spans", "otelcol_receiver_accepted_spans")}
             requests = send_http(collector.http_port, bodies, seconds, "/v1/traces")
-            def settled() -> bool:  # every span taken was sent or dropped (counted)
-                done = sum(collector.counter(f"otelcol_exporter_{k}_spans") for k in ("sent", "enqueue_failed"))
-                return done >= collector.counter("otelcol_receiver_accepted_spans")
+            def settled() -> bool:  # every span taken was decided, and every kept one sent or dropped (counted)
+                out = sum(collector.counter(f"otelcol_exporter_{k}_spans") for k in ("sent", "enqueue_failed"))
+                accepted = collector.counter("otelcol_receiver_accepted_spans")
+                if not sampling:
+                    return out >= accepted
+                kept = collector.counter("otel_llm_tail_sampling_spans", 'decision="kept"')
+                return collector.counter("otel_llm_tail_sampling_spans") >= accepted and out >= kept
 
             deadline = time.monotonic() + 30
             while backend_up and not settled() and time.monotonic() < deadline:
@@ -241,7 +249,7 @@ def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: 
             accepted = collector.counter("otelcol_receiver_accepted_spans") - before["otelcol_receiver_accepted_spans"]
             return {"spans_per_request": spans, "requests": requests, "spans_accepted": int(accepted),
                     "spans_sent": int(sent), "collector_cpu_s": round(cpu, 2),
-                    "spans_per_cpu_s": round((sent if backend_up else accepted) / cpu),
+                    "spans_per_cpu_s": round((sent if backend_up and not sampling else accepted) / cpu),
                     "spans_enqueue_failed": int(collector.counter("otelcol_exporter_enqueue_failed_spans")),
                     "peak_rss_mb": collector.peak_rss_mb()}
 
@@ -365,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     traces = [trace_export(i) for i in range(8)]
     result["traces_forward_http"] = traces_rate(traces, seconds, backend_up=True)
     result["traces_forward_http_disk_queue"] = traces_rate(traces, seconds, backend_up=True, on_disk=True)
+    result["traces_forward_http_tail_sampling"] = traces_rate(traces, seconds, backend_up=True, sampling=True)
     result["traces_backend_down_http"] = traces_rate(traces, 2 * seconds, backend_up=False)
     if args.e2e_seconds > 0:
         import tempfile

@@ -7,7 +7,9 @@
                           traces
 
 Threads: the receivers' request threads ingest into the store and hand traces to the
-trace exporters' queues; a housekeeping thread, every second, expires silent series and
+trace exporters' queues (or to the tail sampler, which holds a trace until its root span
+arrives); a housekeeping thread, every second, decides traces that waited too long for
+their root, expires silent series and
 hands the series that changed to the remote-write exporters; every exporter sends from
 its own queue and thread; the scrape endpoint renders under the store's lock. Traces are
 taken only when there is a trace backend (`traces_to`); otherwise /v1/traces answers 404.
@@ -29,6 +31,7 @@ from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExport
 from collector.remote_write_series import RemoteWriteSeries
 from collector.scrape_endpoint import ScrapeEndpoint
 from collector.self_telemetry import SelfTelemetry
+from collector.tail_sampler import TailSamplingConfig
 from collector.trace_exporter import TraceExporter, TraceExporterConfig
 from collector.trace_pipeline import TracePipeline
 
@@ -52,6 +55,7 @@ class CollectorConfig:
     remote_write_urls: tuple[str, ...] = ()
     traces_to: tuple[str, ...] = ()  # trace backends: http(s)://host:port[/path] or grpc://host:port
     storage_dir: str | None = None  # trace backends' queues on disk there (SQLite), else in memory
+    tail_sampling: TailSamplingConfig | None = None  # None: every span goes to every backend
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
@@ -79,7 +83,7 @@ class Collector:
     def __init__(self, config: CollectorConfig | None = None):
         self.config = config = config or CollectorConfig()
         self.store = MetricStore(config.store)
-        self.traces = TracePipeline([TraceExporter(c) for c in config.trace_exporter_configs()])
+        self.traces = TracePipeline([TraceExporter(c) for c in config.trace_exporter_configs()], config.tail_sampling)
         signals = frozenset({Signal.METRICS, Signal.TRACES} if self.traces.exporters else {Signal.METRICS})
         self.telemetry = SelfTelemetry(self.store.num_series, tuple(s.value for s in (Signal.METRICS, Signal.TRACES)
                                                                     if s in signals))
@@ -114,7 +118,7 @@ class Collector:
         return sink
 
     def render(self, openmetrics: bool = False) -> bytes:
-        own = self.telemetry.families()
+        own = (*self.telemetry.families(), *self.traces.families())
         with self.store.lock:
             return exposition.render(self.store, openmetrics, own)
 
@@ -131,6 +135,7 @@ class Collector:
     def _housekeeping(self) -> None:
         while not self._stop.wait(self.config.housekeeping_interval_s):
             try:
+                self.traces.tick()
                 self.store.expire()
                 self.push_remote_write()
             except Exception:  # housekeeping must keep running
@@ -156,6 +161,7 @@ class Collector:
             self._housekeeper.join()
             self._housekeeper = None
             self.push_remote_write()
+            self.traces.flush()  # waiting traces are decided with what they have
         deadline = time.monotonic() + timeout_s
         for exporter in (*self.remote_writers, *self.traces.exporters):
             exporter.stop(max(0.0, deadline - time.monotonic()))

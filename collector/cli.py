@@ -54,6 +54,17 @@ def _remote_write_url(text: str) -> str:
     return text
 
 
+def _threshold(text: str) -> float | None:
+    return None if text.strip().lower() == "off" else duration_s(text)
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"invalid fraction {text!r}: must be in [0, 1]")
+    return value
+
+
 def _trace_backend(text: str) -> str:
     from collector.trace_exporter import TraceExporterConfig
 
@@ -67,6 +78,7 @@ def _trace_backend(text: str) -> str:
 
 duration_s.__name__, _port.__name__, _positive_int.__name__ = "duration", "port", "positive int"
 _remote_write_url.__name__, _trace_backend.__name__ = "remote-write URL", "trace backend"
+_threshold.__name__, _fraction.__name__ = "duration or off", "fraction"
 
 
 def add_parser(sub) -> None:
@@ -96,6 +108,22 @@ def add_parser(sub) -> None:
     p.add_argument("--storage-dir", metavar="DIR",
                    help="keep each trace backend's queue in a SQLite file here (up to 4 GiB each): spans the "
                         "collector acknowledged reach their backends after a crash or restart")
+    sampling = p.add_argument_group("tail sampling of traces (with --traces-to)")
+    sampling.add_argument("--tail-sampling", action="store_true",
+                          help="hold each trace until its root span arrives, then keep it if a request failed, was "
+                               "aborted or preempted, or was slow (the thresholds below), else keep "
+                               "--keep-fraction of them")
+    sampling.add_argument("--keep-ttft-above", type=_threshold, default=2.0, metavar="DURATION",
+                          help="keep traces whose time to first token is above this (default 2s; off)")
+    sampling.add_argument("--keep-e2e-above", type=_threshold, default=60.0, metavar="DURATION",
+                          help="keep traces whose end-to-end latency is above this (default 60s; off)")
+    sampling.add_argument("--keep-queue-above", type=_threshold, default=5.0, metavar="DURATION",
+                          help="keep traces that waited in the queue longer than this (default 5s; off)")
+    sampling.add_argument("--keep-fraction", type=_fraction, default=0.1,
+                          help="of the other traces, keep this fraction, by trace id (default 0.1)")
+    sampling.add_argument("--decision-wait", type=duration_s, default=10.0, metavar="DURATION",
+                          help="decide a trace whose root has not arrived this long after its first span "
+                               "(default 10s)")
     at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")
     at_scale.add_argument("--print-otelcol-config", action="store_true",
                           help="print an otelcol-contrib YAML config that does what this collector does "
@@ -108,11 +136,16 @@ def add_parser(sub) -> None:
 def config_from_args(args: argparse.Namespace):
     from collector.app import CollectorConfig
     from collector.metric_store import StoreConfig
+    from collector.tail_sampler import TailSamplingConfig
+
+    sampling = TailSamplingConfig(
+        decision_wait_s=args.decision_wait, ttft_above_s=args.keep_ttft_above, e2e_above_s=args.keep_e2e_above,
+        queue_above_s=args.keep_queue_above, keep_fraction=args.keep_fraction) if args.tail_sampling else None
 
     return CollectorConfig(
         host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
         prometheus_port=args.prometheus_port, remote_write_urls=tuple(args.remote_write_url),
-        traces_to=tuple(args.traces_to), storage_dir=args.storage_dir,
+        traces_to=tuple(args.traces_to), storage_dir=args.storage_dir, tail_sampling=sampling,
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )
@@ -145,10 +178,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     config = config_from_args(args)
-    if config.storage_dir and not config.traces_to:
-        print("otel-llm collector: error: --storage-dir holds trace backends' queues: add --traces-to URL",
-              file=sys.stderr)
-        return 2
+    for flag, given in (("--storage-dir", config.storage_dir), ("--tail-sampling", config.tail_sampling)):
+        if given and not config.traces_to:
+            print(f"otel-llm collector: error: {flag} applies to traces sent on to backends: add --traces-to URL",
+                  file=sys.stderr)
+            return 2
     try:
         collector = Collector(config)
     except (OSError, sqlite3.Error) as exc:

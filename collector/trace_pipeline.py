@@ -1,10 +1,13 @@
-"""The collector's traces pipeline: each received ExportTraceServiceRequest, checked once, to
-every trace backend's exporter.
+"""The collector's traces pipeline: each received ExportTraceServiceRequest, checked once, through
+the tail sampler when it is on, to every trace backend's exporter.
 
-A request is parsed in full once (so a malformed one answers 400 / INVALID_ARGUMENT at the
-receiver instead of failing at a backend later, merged with good ones) and its spans counted;
-the exporters get the bytes as they came. Thread-safety: `consume` runs on the receivers'
-request threads; exporters' `export` is thread-safe and never blocks.
+Without sampling a request is parsed in full once (so a malformed one answers 400 /
+INVALID_ARGUMENT at the receiver instead of failing at a backend later, merged with good ones),
+its spans counted, and the exporters get the bytes as they came. With sampling it is parsed
+into its resources, scopes and spans (each checked), which wait in the `TailSampler`; the
+spans of kept traces go out as new requests. Thread-safety: `consume` runs on the receivers'
+request threads, `tick` on the housekeeping thread; exporters' `export` is thread-safe and never
+blocks.
 """
 
 from __future__ import annotations
@@ -13,24 +16,69 @@ from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from collector.exposition import SelfFamily
 from collector.otlp_codec import PayloadError
+from collector.otlp_traces_wire import TracesRequest
+from collector.tail_sampler import TailSampler, TailSamplingConfig
 from collector.trace_exporter import TraceExporter
+from otel_llm.exposition import label_text
+from otel_llm.instruments import Kind
 
 
 class TracePipeline:
-    def __init__(self, exporters: Sequence[TraceExporter]) -> None:
+    def __init__(self, exporters: Sequence[TraceExporter], sampling: TailSamplingConfig | None = None) -> None:
         self.exporters = tuple(exporters)
+        self.sampler = None if sampling is None else TailSampler(sampling, self._export)
 
     def consume(self, payload: bytes) -> int:
-        """Hand ``payload`` to every exporter; returns its number of spans. Raises PayloadError(400)
-        when it is not an ExportTraceServiceRequest."""
+        """Take one request; returns its number of spans. Raises PayloadError(400) when it is not
+        an ExportTraceServiceRequest."""
         try:
-            request = ExportTraceServiceRequest.FromString(payload)
+            if self.sampler is None:
+                request = ExportTraceServiceRequest.FromString(payload)
+                spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+                self._export(payload, spans)
+                return spans
+            parsed = []
+            for rs in TracesRequest.FromString(payload).resource_spans:
+                Resource.FromString(rs.resource)
+                for ss in rs.scope_spans:
+                    InstrumentationScope.FromString(ss.scope)
+                    parsed += [(rs.resource, ss.scope, Span.FromString(raw), raw) for raw in ss.spans]
         except (DecodeError, RecursionError) as exc:
             raise PayloadError(400, f"malformed protobuf ExportTraceServiceRequest: {exc}") from None
-        spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        self.sampler.consume(parsed)
+        return len(parsed)
+
+    def tick(self) -> None:
+        if self.sampler is not None:
+            self.sampler.tick()
+
+    def flush(self) -> None:
+        if self.sampler is not None:
+            self.sampler.flush()
+
+    def _export(self, payload: bytes, spans: int) -> None:
         if spans:
             for exporter in self.exporters:
                 exporter.export(payload, spans)
-        return spans
+
+    def families(self) -> list[SelfFamily]:
+        """The tail sampler's counters, for the collector's own /metrics."""
+        if self.sampler is None:
+            return []
+        stats = self.sampler.stats()
+        return [
+            SelfFamily("otel_llm_tail_sampling_traces", Kind.COUNTER, "Traces decided, by decision and reason.",
+                       tuple((label_text((("decision", d), ("reason", r))), n) for (d, r), n in sorted(stats.traces.items()))),
+            SelfFamily("otel_llm_tail_sampling_spans", Kind.COUNTER, "Spans kept or dropped (late ones included).",
+                       tuple((label_text((("decision", d),)), n) for d, n in sorted(stats.spans.items()))),
+            SelfFamily("otel_llm_tail_sampling_pending_traces", Kind.GAUGE, "Traces waiting for a decision.",
+                       (("", stats.pending_traces),)),
+            SelfFamily("otel_llm_tail_sampling_pending_spans", Kind.GAUGE, "Spans waiting for a decision.",
+                       (("", stats.pending_spans),)),
+        ]

@@ -60,3 +60,25 @@ def test_bad_values_exit_2_naming_them():
     assert done.returncode == 2 and "only applies with --print-otelcol-config" in done.stderr
     done = collector_cli("--metric-expiry", "soon")
     assert done.returncode == 2 and "invalid duration 'soon'" in done.stderr
+
+
+def test_tail_sampling_and_storage_flags():
+    args = build_parser().parse_args(["collector", "--traces-to", "grpc://jaeger:4317", "--tail-sampling",
+                                      "--keep-ttft-above", "500ms", "--keep-e2e-above", "off",
+                                      "--keep-fraction", "0.25", "--decision-wait", "3s", "--storage-dir", "/tmp/q"])
+    config = config_from_args(args)
+    assert config.traces_to == ("grpc://jaeger:4317",) and config.storage_dir == "/tmp/q"
+    sampling = config.tail_sampling
+    assert (sampling.ttft_above_s, sampling.e2e_above_s, sampling.queue_above_s) == (0.5, None, 5.0)
+    assert (sampling.keep_fraction, sampling.decision_wait_s) == (0.25, 3.0)
+    assert config_from_args(build_parser().parse_args(["collector"])).tail_sampling is None
+
+
+def test_trace_flags_need_a_backend_and_valid_values():
+    for flags in (("--tail-sampling",), ("--storage-dir", "/tmp/q")):
+        done = collector_cli(*flags)
+        assert done.returncode == 2 and "add --traces-to URL" in done.stderr
+    done = collector_cli("--traces-to", "jaeger:4317")
+    assert done.returncode == 2 and "invalid trace backend 'jaeger:4317'" in done.stderr
+    done = collector_cli("--traces-to", "grpc://j:1", "--keep-fraction", "2")
+    assert done.returncode == 2 and "invalid fraction '2'" in done.stderr

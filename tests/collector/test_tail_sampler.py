@@ -1,0 +1,215 @@
+"""LLM-aware tail sampling on hand-built traces: what is kept and why, waiting for the root, late
+spans, bounds, the kept fraction, and the pipeline through a real collector."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Status as SdkStatus, StatusCode
+
+from collector.app import Collector, CollectorConfig
+from collector.memory_sink import MemorySink
+from collector.otlp_codec import PayloadError
+from collector.otlp_receiver import OtlpReceiver
+from collector.tail_sampler import TailSamplingConfig
+from collector.trace_pipeline import TracePipeline
+from tests.collector.otlp_builders import samples
+from tests.server.api.api_server_harness import wait_until
+
+DROP_ALL_FINE = TailSamplingConfig(keep_fraction=0.0)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+class Recorder:
+    """Stands in for the exporters: what the pipeline sends on."""
+
+    def __init__(self):
+        self.requests: list[ExportTraceServiceRequest] = []
+
+    def export(self, payload: bytes, spans: int) -> None:
+        request = ExportTraceServiceRequest.FromString(payload)
+        assert spans == sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        self.requests.append(request)
+
+    def spans(self) -> list[tuple[str, str]]:
+        """(service, span name) of everything sent on."""
+        return [(rs.resource.attributes[0].value.string_value, s.name)
+                for r in self.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+
+
+def trace_id(n: int, keep_bits: int = 2**63) -> bytes:
+    """A trace id whose lower 64 bits are `keep_bits` (2**63: outside any keep fraction below 0.5)."""
+    return n.to_bytes(8, "big") + keep_bits.to_bytes(8, "big")
+
+
+def request(tid: bytes, *, root: bool = True, children: bool = True, service: str = "svc", error_type: str = "",
+            status_error: bool = False, preempted: bool = False, **latency: float) -> bytes:
+    """One otel-llm request trace (or part of it): the gen_ai span (root) and its children."""
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.add(key="service.name").value.string_value = service
+    ss = rs.scope_spans.add()
+    ss.scope.name = "otel_llm"
+    root_id = tid[:8]
+    if children:
+        for i, name in enumerate(("queue", "prefill", "decode")):
+            ss.spans.add(trace_id=tid, span_id=bytes([i + 1]) * 8, parent_span_id=root_id, name=name)
+    if root:
+        span = ss.spans.add(trace_id=tid, span_id=root_id, name="chat m")
+        for key, value in latency.items():
+            span.attributes.add(key={"ttft": "gen_ai.latency.time_to_first_token", "e2e": "gen_ai.latency.e2e",
+                                     "queue": "gen_ai.latency.time_in_queue"}[key]).value.double_value = value
+        if error_type:
+            span.attributes.add(key="error.type").value.string_value = error_type
+        if status_error:
+            span.status.code = Status.STATUS_CODE_ERROR
+        if preempted:
+            span.events.add(name="preempted", time_unix_nano=5)
+    return req.SerializeToString()
+
+
+def pipeline(config: TailSamplingConfig = DROP_ALL_FINE, clock=None) -> tuple[TracePipeline, Recorder]:
+    recorder = Recorder()
+    p = TracePipeline([recorder], config)
+    if clock is not None:
+        p.sampler._clock = clock
+    return p, recorder
+
+
+def test_keeps_failed_aborted_preempted_and_slow_requests_and_drops_fast_fine_ones():
+    p, out = pipeline()
+    cases = {
+        "fine": {"ttft": 0.1, "e2e": 1.0, "queue": 0.01},
+        "aborted": {"error_type": "abort", "ttft": 0.1},
+        "failed": {"status_error": True},
+        "preempted": {"preempted": True, "ttft": 0.2},
+        "slow_ttft": {"ttft": 2.5},
+        "slow_e2e": {"e2e": 61.0},
+        "slow_queue": {"queue": 6.0, "ttft": 0.3},
+    }
+    for i, (service, kwargs) in enumerate(cases.items()):
+        assert p.consume(request(trace_id(i), service=service, **kwargs)) == 4
+    kept = out.spans()
+    assert sorted({service for service, _ in kept}) == sorted(set(cases) - {"fine"})
+    assert len(kept) == 4 * (len(cases) - 1)  # whole traces: the root and its three children
+    stats = p.sampler.stats()
+    assert stats.traces == {("kept", "abort"): 1, ("kept", "error"): 1, ("kept", "preempted"): 1,
+                            ("kept", "slow_ttft"): 1, ("kept", "slow_e2e"): 1, ("kept", "slow_queue"): 1,
+                            ("dropped", "not_sampled"): 1}
+    assert stats.spans == {"kept": 24, "dropped": 4} and stats.pending_traces == 0
+    families = {f.name: f for f in p.families()}
+    assert ('decision="kept",reason="abort"', 1) in families["otel_llm_tail_sampling_traces"].samples
+
+
+def test_waits_for_the_root_then_late_spans_follow_the_decision():
+    clock = Clock()
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.0, decision_wait_s=10), clock)
+    p.consume(request(trace_id(1), root=False))  # children first, as a batch span processor sends them
+    assert out.spans() == [] and p.sampler.stats().pending_traces == 1
+    p.consume(request(trace_id(1), children=False, ttft=3.0))  # the root: slow, so kept, with its children
+    assert sorted(name for _, name in out.spans()) == ["chat m", "decode", "prefill", "queue"]
+    p.consume(request(trace_id(1), root=False))  # late spans of a kept trace go straight out
+    assert len(out.spans()) == 7
+    p.consume(request(trace_id(2), children=False, ttft=0.1))  # dropped...
+    p.consume(request(trace_id(2), root=False))  # ...and so are its late children
+    assert len(out.spans()) == 7 and p.sampler.stats().spans == {"kept": 7, "dropped": 4}
+
+
+def test_a_trace_without_root_is_decided_after_the_wait_and_everything_at_flush():
+    clock = Clock()
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.0, decision_wait_s=10), clock)
+    p.consume(request(trace_id(1), root=False, service="rootless"))
+    clock.t += 5
+    p.consume(request(trace_id(2), root=False, service="young"))
+    p.tick()
+    assert p.sampler.stats().pending_traces == 2
+    clock.t += 6  # the first waited 11 s: decided (no reason to keep), the second stays
+    p.tick()
+    stats = p.sampler.stats()
+    assert stats.pending_traces == 1 and stats.traces == {("dropped", "not_sampled"): 1}
+    p.flush()
+    assert p.sampler.stats().pending_traces == 0 and out.spans() == []
+
+
+def test_pending_traces_and_spans_are_bounded():
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.0, ttft_above_s=0.0, max_traces=10, max_spans=25))
+    for i in range(30):  # children only: no root ever comes
+        p.consume(request(trace_id(i), root=False))
+        stats = p.sampler.stats()
+        assert stats.pending_traces <= 10 and stats.pending_spans <= 25
+    assert p.sampler.stats().traces[("dropped", "not_sampled")] >= 20
+
+
+def test_kept_fraction_is_within_statistical_bounds():
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.1))
+    rng = random.Random(7)
+    n = 20_000
+    for i in range(n):
+        p.consume(request(rng.randbytes(16), children=False, ttft=0.1))
+    kept = p.sampler.stats().traces.get(("kept", "sampled"), 0)
+    sigma = math.sqrt(n * 0.1 * 0.9)
+    assert abs(kept - 0.1 * n) < 4 * sigma, kept
+    # the same trace ids always get the same decision (collectors agree)
+    p2, _ = pipeline(TailSamplingConfig(keep_fraction=0.1))
+    rng = random.Random(7)
+    for i in range(n):
+        p2.consume(request(rng.randbytes(16), children=False, ttft=0.1))
+    assert p2.sampler.stats().traces == p.sampler.stats().traces
+
+
+def test_malformed_spans_are_refused_whole():
+    p, out = pipeline()
+    good = ExportTraceServiceRequest.FromString(request(trace_id(1)))
+    good.resource_spans[0].scope_spans[0].spans[0].name = "x"
+    raw = bytearray(good.SerializeToString())
+    with pytest.raises(PayloadError, match="malformed protobuf"):
+        p.consume(bytes(raw[:-3]))
+    assert p.sampler.stats().pending_traces == 0 and out.spans() == []
+
+
+@pytest.mark.parametrize("bad", [{"keep_fraction": 1.5}, {"ttft_above_s": -1}, {"max_traces": 0}])
+def test_bad_config_is_named(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        TailSamplingConfig(**bad)
+
+
+def test_through_a_collector_from_the_sdk():
+    sink = MemorySink()
+    sampling = TailSamplingConfig(keep_fraction=0.0, ttft_above_s=1.0)
+    with OtlpReceiver(sink) as backend, Collector(CollectorConfig(
+            otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, traces_to=(f"{backend.endpoint}/v1/traces",),
+            tail_sampling=sampling)) as collector:
+        provider = TracerProvider(resource=Resource.create({"service.name": "app"}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(f"{collector.http.endpoint}/v1/traces")))
+        tracer = provider.get_tracer("t")
+        for i, (ttft, failed) in enumerate([(0.1, False), (1.5, False), (0.2, True), (0.3, False)]):
+            with tracer.start_as_current_span(f"chat {i}") as root:
+                with tracer.start_as_current_span("decode"):
+                    pass
+                root.set_attribute("gen_ai.latency.time_to_first_token", ttft)
+                if failed:
+                    root.set_status(SdkStatus(StatusCode.ERROR, "boom"))
+        provider.shutdown()
+        assert wait_until(lambda: len(sink.received_spans()) == 4, timeout_s=10)
+        own = samples(collector.render().decode())
+    assert sorted(s.name for s in sink.received_spans()) == ["chat 1", "chat 2", "decode", "decode"]
+    assert own['otel_llm_tail_sampling_traces_total{decision="kept",reason="slow_ttft"}'] == 1
+    assert own['otel_llm_tail_sampling_traces_total{decision="kept",reason="error"}'] == 1
+    assert own['otel_llm_tail_sampling_traces_total{decision="dropped",reason="not_sampled"}'] == 2
+    assert own['otelcol_receiver_accepted_spans_total{receiver="otlp",transport="http"}'] == 8
