@@ -97,3 +97,35 @@ def test_a_real_servers_request_spans_pass_through():
             server.stop()
     spans = sink.received_spans()
     assert {"queue", "prefill", "decode"} <= {s.name for s in spans}
+
+
+def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
+    """One backend accepts connections and never answers: the healthy one still gets every span at once,
+    the stalled one's queue stays within its bounds, and what it cannot keep is counted."""
+    from collector.exporter_queue import QueueConfig
+    from collector.trace_exporter import TraceExporter, TraceExporterConfig
+    from collector.trace_pipeline import TracePipeline
+    from tests.collector.test_trace_exporter import spans_request
+    from tests.harness.scripted_http import ScriptedReceiver
+
+    stalled = ScriptedReceiver()
+    stalled.hold.clear()  # every answer waits (10 s)
+    healthy = MemorySink()
+    body = spans_request(100)
+    with OtlpReceiver(healthy) as backend:
+        exporters = [TraceExporter(TraceExporterConfig(f"{backend.endpoint}/v1/traces", name="otlphttp/0")),
+                     TraceExporter(TraceExporterConfig(stalled.url, name="otlphttp/1", timeout_s=30,
+                                                       queue=QueueConfig(queue_size=5, max_bytes=4 * len(body))))]
+        pipeline = TracePipeline(exporters)
+        for e in exporters:
+            e.start()
+        try:
+            for _ in range(50):
+                assert pipeline.consume(body) == 100  # never blocks on the stalled backend
+            assert wait_until(lambda: len(healthy.received_spans()) == 5000, timeout_s=10)
+            stats = exporters[1].stats()
+            assert stats.queue_size <= 4 and stats.enqueue_failed >= (50 - 4 - 5) * 100 and stats.sent == 0
+        finally:
+            for e in exporters:
+                e.stop(0.2)
+            stalled.close()
