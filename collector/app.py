@@ -12,7 +12,8 @@ arrives); a housekeeping thread, every second, decides traces that waited too lo
 their root, expires silent series and
 hands the series that changed to the remote-write exporters; every exporter sends from
 its own queue and thread; the scrape endpoint renders under the store's lock. Traces are
-taken only when there is a trace backend (`traces_to`); otherwise /v1/traces answers 404.
+taken only when there is a trace backend (`traces_to`) or a trace store (kept in SQLite by
+its own writer thread, served by Jaeger's query API); otherwise /v1/traces answers 404.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ from collector.otlp_grpc_receiver import OtlpGrpcReceiver, OtlpGrpcReceiverConfi
 from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
 from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExporter
 from collector.remote_write_series import RemoteWriteSeries
+from collector.jaeger_api import JaegerQueryApi
 from collector.scrape_endpoint import ScrapeEndpoint
 from collector.self_telemetry import SelfTelemetry
 from collector.tail_sampler import TailSamplingConfig
 from collector.trace_exporter import TraceExporter, TraceExporterConfig
 from collector.trace_pipeline import TracePipeline
+from collector.trace_store import TraceStore, TraceStoreConfig
+from collector.trace_store_writer import TraceStoreWriter
 
 logger = logging.getLogger("otel_llm.collector")
 
@@ -56,6 +60,8 @@ class CollectorConfig:
     traces_to: tuple[str, ...] = ()  # trace backends: http(s)://host:port[/path] or grpc://host:port
     storage_dir: str | None = None  # trace backends' queues on disk there (SQLite), else in memory
     tail_sampling: TailSamplingConfig | None = None  # None: every span goes to every backend
+    trace_store: TraceStoreConfig | None = None  # keep traces in SQLite, served by Jaeger's query API
+    jaeger_port: int = 16686  # the query API's port, with trace_store (0 = any free port)
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
@@ -69,7 +75,7 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         self.remote_write_configs()  # a bad URL fails here, named
         self.trace_exporter_configs()
-        for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port"):
+        for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port", "jaeger_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
                 raise ValueError(f"{name} must be in 0..65535, got {port!r}")
@@ -83,7 +89,12 @@ class Collector:
     def __init__(self, config: CollectorConfig | None = None):
         self.config = config = config or CollectorConfig()
         self.store = MetricStore(config.store)
-        self.traces = TracePipeline([TraceExporter(c) for c in config.trace_exporter_configs()], config.tail_sampling)
+        self.trace_store = None if config.trace_store is None else TraceStore(config.trace_store)
+        self.jaeger = None if self.trace_store is None else JaegerQueryApi(self.trace_store, config.host,
+                                                                           config.jaeger_port)
+        writers = [] if self.trace_store is None else [TraceStoreWriter(self.trace_store)]
+        self.traces = TracePipeline([*(TraceExporter(c) for c in config.trace_exporter_configs()), *writers],
+                                    config.tail_sampling)
         signals = frozenset({Signal.METRICS, Signal.TRACES} if self.traces.exporters else {Signal.METRICS})
         self.telemetry = SelfTelemetry(self.store.num_series, tuple(s.value for s in (Signal.METRICS, Signal.TRACES)
                                                                     if s in signals))
@@ -125,7 +136,7 @@ class Collector:
     def start(self) -> Collector:
         for exporter in (*self.remote_writers, *self.traces.exporters):
             exporter.start()
-        for part in (self.http, self.grpc, self.scrape):
+        for part in (self.http, self.grpc, self.scrape, self.jaeger):
             if part is not None:
                 part.start()
         self._housekeeper = threading.Thread(target=self._housekeeping, name="collector-housekeeping", daemon=True)
@@ -136,6 +147,8 @@ class Collector:
         while not self._stop.wait(self.config.housekeeping_interval_s):
             try:
                 self.traces.tick()
+                if self.trace_store is not None:
+                    self.trace_store.enforce_retention()
                 self.store.expire()
                 self.push_remote_write()
             except Exception:  # housekeeping must keep running
@@ -154,7 +167,7 @@ class Collector:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop receiving, push what is left, give the exporters `timeout_s` in all to deliver it."""
         self._stop.set()
-        for part in (self.http, self.grpc, self.scrape):
+        for part in (self.http, self.grpc, self.scrape, self.jaeger):
             if part is not None:
                 part.stop()
         if self._housekeeper is not None:
@@ -165,6 +178,8 @@ class Collector:
         deadline = time.monotonic() + timeout_s
         for exporter in (*self.remote_writers, *self.traces.exporters):
             exporter.stop(max(0.0, deadline - time.monotonic()))
+        if self.trace_store is not None:
+            self.trace_store.close()
 
     def __enter__(self) -> Collector:
         return self.start()
@@ -182,5 +197,7 @@ class Collector:
         if self.scrape is not None:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
         parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
-        parts.extend(f"traces to {e.config.endpoint}" for e in self.traces.exporters)
+        parts.extend(f"traces to {e.config.endpoint}" for e in self.traces.exporters if isinstance(e, TraceExporter))
+        if self.jaeger is not None:
+            parts.append(f"Jaeger query API {self.jaeger.url} (traces in {self.trace_store.path})")
         return ", ".join(parts)

@@ -108,7 +108,16 @@ def add_parser(sub) -> None:
     p.add_argument("--storage-dir", metavar="DIR",
                    help="keep each trace backend's queue in a SQLite file here (up to 4 GiB each): spans the "
                         "collector acknowledged reach their backends after a crash or restart")
-    sampling = p.add_argument_group("tail sampling of traces (with --traces-to)")
+    store = p.add_argument_group("trace store: traces kept on this host, served by Jaeger's query API")
+    store.add_argument("--trace-store", metavar="DIR",
+                       help="keep traces in a SQLite file in DIR and serve Jaeger's HTTP query API on --jaeger-port "
+                            "(Grafana's Jaeger data source and the Jaeger UI can use it as their backend)")
+    store.add_argument("--trace-retention", type=duration_s, default=24 * 3600.0, metavar="DURATION",
+                       help="delete spans older than this (default 24h)")
+    store.add_argument("--trace-store-max-mib", type=_positive_int, default=1024, metavar="MIB",
+                       help="keep the database under this size; the oldest spans go first (default 1024)")
+    store.add_argument("--jaeger-port", type=_port, default=16686, help="the query API's port (default 16686)")
+    sampling = p.add_argument_group("tail sampling of traces (with --traces-to or --trace-store)")
     sampling.add_argument("--tail-sampling", action="store_true",
                           help="hold each trace until its root span arrives, then keep it if a request failed, was "
                                "aborted or preempted, or was slow (the thresholds below), else keep "
@@ -137,6 +146,7 @@ def config_from_args(args: argparse.Namespace):
     from collector.app import CollectorConfig
     from collector.metric_store import StoreConfig
     from collector.tail_sampler import TailSamplingConfig
+    from collector.trace_store import TraceStoreConfig
 
     sampling = TailSamplingConfig(
         decision_wait_s=args.decision_wait, ttft_above_s=args.keep_ttft_above, e2e_above_s=args.keep_e2e_above,
@@ -146,6 +156,9 @@ def config_from_args(args: argparse.Namespace):
         host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
         prometheus_port=args.prometheus_port, remote_write_urls=tuple(args.remote_write_url),
         traces_to=tuple(args.traces_to), storage_dir=args.storage_dir, tail_sampling=sampling,
+        trace_store=None if args.trace_store is None else TraceStoreConfig(
+            args.trace_store, retention_s=args.trace_retention, max_bytes=args.trace_store_max_mib * 1024 * 1024),
+        jaeger_port=args.jaeger_port,
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )
@@ -178,16 +191,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     config = config_from_args(args)
-    for flag, given in (("--storage-dir", config.storage_dir), ("--tail-sampling", config.tail_sampling)):
-        if given and not config.traces_to:
-            print(f"otel-llm collector: error: {flag} applies to traces sent on to backends: add --traces-to URL",
-                  file=sys.stderr)
-            return 2
+    if config.storage_dir and not config.traces_to:
+        print("otel-llm collector: error: --storage-dir holds trace backends' queues: add --traces-to URL",
+              file=sys.stderr)
+        return 2
+    if config.tail_sampling and not (config.traces_to or config.trace_store):
+        print("otel-llm collector: error: --tail-sampling samples the traces the collector takes: add --traces-to "
+              "URL or --trace-store DIR", file=sys.stderr)
+        return 2
     try:
         collector = Collector(config)
     except (OSError, sqlite3.Error) as exc:
-        print(f"otel-llm collector: error: cannot open the queue in --storage-dir {config.storage_dir}: {exc}",
-              file=sys.stderr)
+        print(f"otel-llm collector: error: cannot open --storage-dir / --trace-store: {exc}", file=sys.stderr)
         return 1
     try:
         collector.start()

@@ -8,47 +8,26 @@ called on those threads and must be thread-safe.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
+from collector.http_endpoint import HttpEndpoint
 from otel_llm.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, negotiate
 
 logger = logging.getLogger(__name__)
 
 
-class ScrapeEndpoint:
+class ScrapeEndpoint(HttpEndpoint):
     """Serves ``render(openmetrics: bool) -> bytes`` on ``host:port`` until stopped."""
 
     def __init__(self, render: Callable[[bool], bytes], host: str = "127.0.0.1", port: int = 0) -> None:
-        self.render, self.host, self.requested_port = render, host, port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("ScrapeEndpoint is not started")
-        return self._server.server_address[1]
+        self.render = render
+        handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(render)})
+        super().__init__(handler, host, port, "prometheus-scrape")
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
-
-    def start(self) -> None:
-        handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(self.render)})
-        self._server = ThreadingHTTPServer((self.host, self.requested_port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="prometheus-scrape", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join()
-            self._server = self._thread = None
+        return f"{self.base_url}/metrics"
 
 
 class _Handler(BaseHTTPRequestHandler):

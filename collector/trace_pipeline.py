@@ -1,5 +1,5 @@
 """The collector's traces pipeline: each received ExportTraceServiceRequest, checked once, through
-the tail sampler when it is on, to every trace backend's exporter.
+the tail sampler when it is on, to every trace backend's exporter and the trace store.
 
 Without sampling a request is parsed in full once (so a malformed one answers 400 /
 INVALID_ARGUMENT at the receiver instead of failing at a backend later, merged with good ones),
@@ -25,12 +25,14 @@ from collector.otlp_codec import PayloadError
 from collector.otlp_traces_wire import TracesRequest
 from collector.tail_sampler import TailSampler, TailSamplingConfig
 from collector.trace_exporter import TraceExporter
+from collector.trace_store_writer import TraceStoreWriter
 from otel_llm.exposition import label_text
 from otel_llm.instruments import Kind
 
 
 class TracePipeline:
-    def __init__(self, exporters: Sequence[TraceExporter], sampling: TailSamplingConfig | None = None) -> None:
+    def __init__(self, exporters: Sequence[TraceExporter | TraceStoreWriter],
+                 sampling: TailSamplingConfig | None = None) -> None:
         self.exporters = tuple(exporters)
         self.sampler = None if sampling is None else TailSampler(sampling, self._export)
 

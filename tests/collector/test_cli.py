@@ -72,12 +72,17 @@ def test_tail_sampling_and_storage_flags():
     assert (sampling.ttft_above_s, sampling.e2e_above_s, sampling.queue_above_s) == (0.5, None, 5.0)
     assert (sampling.keep_fraction, sampling.decision_wait_s) == (0.25, 3.0)
     assert config_from_args(build_parser().parse_args(["collector"])).tail_sampling is None
+    store = config_from_args(build_parser().parse_args(
+        ["collector", "--trace-store", "/tmp/t", "--trace-retention", "2h", "--trace-store-max-mib", "64"])).trace_store
+    assert (store.directory, store.retention_s, store.max_bytes) == ("/tmp/t", 7200.0, 64 * 1024 * 1024)
 
 
 def test_trace_flags_need_a_backend_and_valid_values():
     for flags in (("--tail-sampling",), ("--storage-dir", "/tmp/q")):
         done = collector_cli(*flags)
         assert done.returncode == 2 and "add --traces-to URL" in done.stderr
+    done = collector_cli("--trace-store", "/proc/no-such-dir/x", "--jaeger-port", "0")
+    assert done.returncode == 1 and "cannot open --storage-dir / --trace-store" in done.stderr
     done = collector_cli("--traces-to", "jaeger:4317")
     assert done.returncode == 2 and "invalid trace backend 'jaeger:4317'" in done.stderr
     done = collector_cli("--traces-to", "grpc://j:1", "--keep-fraction", "2")

@@ -1,0 +1,79 @@
+"""`--trace-store`: a real server's request spans through the collector into the store, read back over
+Jaeger's query API the way Grafana and the Jaeger UI ask, and the LLM questions answered: the
+slowest requests, the aborted ones, and the trace behind an exemplar on the server's /metrics."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from collector.app import Collector, CollectorConfig
+from collector.trace_store import TraceStoreConfig
+from tests.server.api.api_server_harness import ServerProcess, wait_until
+
+
+def get(api: str, path: str, **params) -> dict:
+    answer = httpx.get(f"{api}{path}", params=params, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+@pytest.mark.slow
+def test_real_server_traces_are_stored_and_served_as_jaeger_does(tmp_path):
+    config = CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, jaeger_port=0,
+                             trace_store=TraceStoreConfig(str(tmp_path / "traces")))
+    with Collector(config) as collector:
+        api = collector.jaeger.url
+        server = ServerProcess("--otlp-traces-endpoint", f"{collector.http.endpoint}/v1/traces",
+                               env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+        try:
+            client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+            for i in range(3):
+                client.chat.completions.create(model="dummy", max_tokens=8,
+                                               messages=[{"role": "user", "content": f"question {i}"}])
+            with httpx.stream("POST", f"{server.url}/v1/completions", timeout=30, json={
+                    "model": "dummy", "prompt": "long", "max_tokens": 2000, "ignore_eos": True, "stream": True}) as r:
+                next(r.iter_lines())  # the first token, then the client goes away: the server aborts it
+            openmetrics = httpx.get(f"{server.url}/metrics", timeout=10,
+                                    headers={"Accept": "application/openmetrics-text; version=1.0.0"}).text
+            assert wait_until(lambda: len(get(api, "/api/traces", service="otel-llm")["data"]) == 4
+                              and get(api, "/api/llm/failed")["data"], timeout_s=20)
+        finally:
+            server.stop()
+
+        assert "otel-llm" in get(api, "/api/services")["data"]
+        operations = set(get(api, "/api/services/otel-llm/operations")["data"])
+        assert {"chat dummy", "text_completion dummy", "queue", "prefill", "decode"} <= operations
+        chat = get(api, "/api/traces", service="otel-llm", operation="chat dummy", limit=10)["data"]
+        assert len(chat) == 3
+        for trace in chat:
+            names = {s["operationName"] for s in trace["spans"]}
+            assert {"chat dummy", "queue", "prefill", "decode"} <= names
+            root = next(s for s in trace["spans"] if s["operationName"] == "chat dummy")
+            children = [s for s in trace["spans"] if s["operationName"] in ("queue", "prefill", "decode")]
+            assert all(c["references"][0] == {"refType": "CHILD_OF", "traceID": trace["traceID"],
+                                              "spanID": root["spanID"]} for c in children)
+            tags = {t["key"]: t["value"] for t in root["tags"]}
+            assert tags["gen_ai.request.model"] == "dummy" and tags["span.kind"] in ("server", "internal")
+            assert trace["processes"][root["processID"]]["serviceName"] == "otel-llm"
+
+        failed = get(api, "/api/llm/failed")["data"]
+        assert [(r["operation"], r["errorType"]) for r in failed] == [("text_completion dummy", "abort")]
+        slowest = get(api, "/api/llm/slowest", metric="ttft", lookback="5m", limit=20)["data"]
+        assert len(slowest) == 4 and [r["ttftSeconds"] for r in slowest] == sorted(
+            (r["ttftSeconds"] for r in slowest), reverse=True)
+
+        # an exemplar on the server's own /metrics leads to its trace
+        trace_ids = re.findall(r'^vllm:e2e_request_latency_seconds_bucket\{.*\} \S+ # \{trace_id="([0-9a-f]{32})"',
+                               openmetrics, re.M)
+        assert trace_ids
+        found = get(api, f"/api/traces/{trace_ids[0]}")["data"]
+        jaeger_id = trace_ids[0][16:] if trace_ids[0].startswith("0" * 16) else trace_ids[0]  # Jaeger's short form
+        assert len(found) == 1 and found[0]["traceID"] == jaeger_id
+        assert any(s["operationName"] in ("chat dummy", "text_completion dummy") for s in found[0]["spans"])
+        stats = collector.render().decode()
+        assert re.search(r'^otelcol_exporter_sent_spans_total\{exporter="tracestore",data_type="traces"\} [1-9]',
+                         stats, re.M)

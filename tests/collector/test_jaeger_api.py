@@ -1,0 +1,290 @@
+"""Jaeger's v1 HTTP query API over the trace store: the trace JSON field by field (ids,
+references, tags and their types and order, logs, processes), the envelope, search parameters
+and their errors, spans from the real OTel SDK, and the LLM endpoints."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from collector.jaeger_api import JaegerQueryApi
+from collector.trace_store import TraceStore, TraceStoreConfig
+from tests.collector.test_trace_store import T0_NS, add, kvs, llm_spans, request, sid, tid
+
+ENVELOPE = ["data", "total", "limit", "offset", "errors"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = TraceStore(TraceStoreConfig(str(tmp_path)))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def api(store):
+    a = JaegerQueryApi(store, "127.0.0.1", 0)
+    a.start()
+    yield a
+    a.stop()
+
+
+def get(api: JaegerQueryApi, path: str, **params) -> tuple[int, dict]:
+    query = urllib.parse.urlencode(params, doseq=True)
+    try:
+        with urllib.request.urlopen(f"{api.url}{path}{'?' + query if query else ''}", timeout=10) as r:
+            status, body = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read()
+    doc = json.loads(body)
+    assert list(doc) == ENVELOPE
+    return status, doc
+
+
+def ok(api, path: str, **params):
+    status, doc = get(api, path, **params)
+    assert status == 200 and doc["errors"] is None, doc
+    return doc["data"]
+
+
+def error(api, path: str, status: int, **params) -> str:
+    got, doc = get(api, path, **params)
+    assert got == status and doc["data"] is None and len(doc["errors"]) == 1, doc
+    assert doc["errors"][0]["code"] == status
+    return doc["errors"][0]["msg"]
+
+
+def detailed_span() -> trace_pb2.Span:
+    return trace_pb2.Span(
+        trace_id=(0x1F).to_bytes(16, "big"), span_id=bytes.fromhex("00000000000000a1"),
+        parent_span_id=bytes.fromhex("00000000000000a0"), name="chat m", kind=trace_pb2.Span.SPAN_KIND_CLIENT,
+        start_time_unix_nano=T0_NS + 1_999, end_time_unix_nano=T0_NS + 1_501_998, trace_state="k=v",
+        attributes=kvs({"s": "x", "b": True, "i": 7, "big": 2**60, "neg": -(2**53), "d": 0.25, "raw": b"\x00\xff",
+                        "arr": ["stop", 1, 2.5, True], "map": {"a": 1, "b": [1.0]}}),
+        events=[{"name": "first_token", "time_unix_nano": T0_NS + 500_999, "attributes": kvs({"n": 1})},
+                {"name": "ignored", "time_unix_nano": T0_NS + 600_000, "attributes": kvs({"event": "renamed"})},
+                {"name": "preempted", "time_unix_nano": T0_NS + 400_000}],
+        links=[{"trace_id": tid(5), "span_id": sid(5, 1)},
+               {"trace_id": tid(6), "span_id": sid(6, 1), "attributes": kvs({"opentracing.ref_type": "child_of"})}],
+        status={"code": trace_pb2.Status.STATUS_CODE_ERROR, "message": "boom"})
+
+
+def test_trace_json_field_by_field(api, store):
+    add(store, request([detailed_span()], service="svc", **{"host.name": "h1", "service.instance.id": "i-1"}))
+    (trace,) = ok(api, "/api/traces/1f", raw="true")  # raw: attributes and events as received
+    assert list(trace) == ["traceID", "spans", "processes", "warnings"]
+    assert trace["traceID"] == "000000000000001f" and trace["warnings"] is None
+    assert trace["processes"] == {"p1": {"serviceName": "svc", "tags": [
+        {"key": "host.name", "type": "string", "value": "h1"},
+        {"key": "service.instance.id", "type": "string", "value": "i-1"}]}}
+    (span,) = trace["spans"]
+    assert list(span) == ["traceID", "spanID", "operationName", "references", "startTime", "duration", "tags", "logs",
+                          "processID", "warnings"]  # flags (0) and parentSpanID omitted, as Jaeger does
+    assert (span["traceID"], span["spanID"], span["operationName"]) == ("000000000000001f", "00000000000000a1", "chat m")
+    assert span["references"] == [
+        {"refType": "CHILD_OF", "traceID": "000000000000001f", "spanID": "00000000000000a0"},
+        {"refType": "FOLLOWS_FROM", "traceID": tid(5).hex(), "spanID": sid(5, 1).hex()},
+        {"refType": "CHILD_OF", "traceID": tid(6).hex(), "spanID": sid(6, 1).hex()}]
+    assert (span["startTime"], span["duration"]) == (T0_NS // 1000 + 1, 1499)  # µs, truncated like Go
+    assert span["processID"] == "p1" and span["warnings"] is None
+    assert span["tags"] == [
+        {"key": "otel.scope.name", "type": "string", "value": "otel_llm"},
+        {"key": "otel.scope.version", "type": "string", "value": "0.1.0"},
+        {"key": "s", "type": "string", "value": "x"},
+        {"key": "b", "type": "bool", "value": True},
+        {"key": "i", "type": "int64", "value": 7},
+        {"key": "big", "type": "int64", "value": str(2**60)},
+        {"key": "neg", "type": "int64", "value": str(-(2**53))},
+        {"key": "d", "type": "float64", "value": 0.25},
+        {"key": "raw", "type": "binary", "value": base64.b64encode(b"\x00\xff").decode()},
+        {"key": "arr", "type": "string", "value": '["stop",1,2.5,true]'},
+        {"key": "map", "type": "string", "value": '{"a":1,"b":[1]}'},
+        {"key": "span.kind", "type": "string", "value": "client"},
+        {"key": "otel.status_code", "type": "string", "value": "ERROR"},
+        {"key": "error", "type": "bool", "value": True},
+        {"key": "otel.status_description", "type": "string", "value": "boom"},
+        {"key": "w3c.tracestate", "type": "string", "value": "k=v"}]
+    assert span["logs"] == [
+        {"timestamp": T0_NS // 1000 + 500, "fields": [{"key": "event", "type": "string", "value": "first_token"},
+                                                      {"key": "n", "type": "int64", "value": 1}]},
+        {"timestamp": T0_NS // 1000 + 600, "fields": [{"key": "event", "type": "string", "value": "renamed"}]},
+        {"timestamp": T0_NS // 1000 + 400, "fields": [{"key": "event", "type": "string", "value": "preempted"}]}]
+    # by default, as Jaeger's query service: attributes sorted by key, logs by time, the rest unchanged
+    (adjusted,) = ok(api, "/api/traces/1f")
+    (sorted_span,) = adjusted["spans"]
+    assert [t["key"] for t in sorted_span["tags"]] == [
+        "otel.scope.name", "otel.scope.version", "arr", "b", "big", "d", "i", "map", "neg", "raw", "s", "span.kind",
+        "otel.status_code", "error", "otel.status_description", "w3c.tracestate"]
+    assert sorted(sorted_span["tags"], key=str) == sorted(span["tags"], key=str)
+    assert sorted_span["logs"] == [span["logs"][2], span["logs"][0], span["logs"][1]]
+    assert adjusted["processes"] == trace["processes"]
+
+
+def test_processes_are_numbered_by_first_appearance(api, store):
+    spans = llm_spans(1, T0_NS)
+    add(store, request(spans[:2], service="gateway"))
+    add(store, request(spans[2:], service="engine", **{"host.name": "gpu-1"}))
+    req = request([trace_pb2.Span(trace_id=tid(1), span_id=sid(1, 9), name="bare", start_time_unix_nano=T0_NS + 9)])
+    req.resource_spans[0].ClearField("resource")
+    add(store, req)
+    (trace,) = ok(api, f"/api/traces/{tid(1).hex()}")
+    assert trace["traceID"] == tid(1).hex() and len(trace["traceID"]) == 32
+    assert [(s["operationName"], s["processID"]) for s in trace["spans"]] == [
+        ("POST /v1/chat/completions", "p1"), ("chat m", "p1"), ("queue", "p2"), ("bare", "p3"), ("prefill", "p2"),
+        ("decode", "p2")]
+    assert trace["processes"] == {"p1": {"serviceName": "gateway", "tags": []},
+                                  "p2": {"serviceName": "engine",
+                                         "tags": [{"key": "host.name", "type": "string", "value": "gpu-1"}]},
+                                  "p3": {"serviceName": "OTLPResourceNoServiceName", "tags": []}}
+    bare = trace["spans"][3]
+    assert bare["references"] == [] and bare["logs"] == [] and [t["key"] for t in bare["tags"]] == [
+        "otel.scope.name", "otel.scope.version"]  # no kind (UNSPECIFIED), no status (UNSET)
+
+
+def test_services_and_operations_endpoints(api, store):
+    add(store, request(llm_spans(1, T0_NS), service="a/b c"))
+    add(store, request(llm_spans(2, T0_NS), service="z"))
+    status, doc = get(api, "/api/services")
+    assert status == 200 and doc == {"data": ["a/b c", "z"], "total": 2, "limit": 0, "offset": 0, "errors": None}
+    assert ok(api, "/api/services/a%2Fb%20c/operations") == [
+        "POST /v1/chat/completions", "chat m", "decode", "prefill", "queue"]
+    assert ok(api, "/api/operations", service="z", spanKind="server") == [
+        {"name": "POST /v1/chat/completions", "spanKind": "server"}]
+    assert len(ok(api, "/api/operations", service="z")) == 5 and ok(api, "/api/operations", service="nope") == []
+    assert error(api, "/api/operations", 400) == "parameter 'service' is required"
+    assert "bogus" in error(api, "/api/operations", 400, service="z", spanKind="bogus")
+
+
+def test_search(api, store):
+    for n in range(6):
+        add(store, request(llm_spans(n, T0_NS + n * 10**9, e2e_s=2.0 if n % 2 else 0.2,
+                                     error="abort" if n % 3 == 0 else None)))
+    t0_us, end = T0_NS // 1000, T0_NS // 1000 + 100_000_000
+    search = lambda **kw: [int(t["traceID"][-2:], 16) for t in ok(api, "/api/traces", service="llm",  # noqa: E731
+                                                                   start=t0_us, end=end, **kw)]
+    assert search() == [5, 4, 3, 2, 1, 0]
+    assert search(limit=2) == [5, 4]
+    assert search(operation="chat m", minDuration="1s") == [5, 3, 1]
+    assert search(operation="chat m", maxDuration="500ms", minDuration="100ms") == [4, 2, 0]
+    assert search(tags='{"error.type":"abort"}') == [3, 0]
+    assert search(tag=["error:true", "otel.status_description:request finished with abort"]) == [3, 0]
+    assert search(tags='{"error":"true"}', tag="gen_ai.usage.input_tokens:12") == [3, 0]
+    assert search(tags='{"error":"true"}', tag="http.response.status_code:200") == []  # one span must match all
+    assert ok(api, "/api/traces", service="llm", start=t0_us + 1_500_000, end=t0_us + 3_200_000, operation="chat m") \
+        and search(operation="nope") == []
+    assert ok(api, "/api/traces", service="llm") == []  # default window: the last 48 h, and T0 is in 2026-09
+    traces = ok(api, "/api/traces", service="llm", start=t0_us, end=end, operation="decode", limit=1)
+    assert len(traces) == 1 and len(traces[0]["spans"]) == 5
+
+
+def test_search_by_trace_ids(api, store):
+    add(store, request(llm_spans(1, T0_NS)))
+    status, doc = get(api, "/api/traces", traceID=[tid(1).hex(), "abc"])
+    assert status == 200 and [t["traceID"] for t in doc["data"]] == [tid(1).hex()]
+    assert doc["errors"] == [{"msg": "trace not found", "traceID": "0000000000000abc"}]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({}, "parameter 'service' is required"),
+    ({"service": "s", "minDuration": "10"}, 'invalid duration "10"'),
+    ({"service": "s", "maxDuration": "1x"}, "'maxDuration'"),
+    ({"service": "s", "minDuration": "2s", "maxDuration": "1s"}, "'maxDuration' should be greater than 'minDuration'"),
+    ({"service": "s", "tags": "{not json"}, "cannot unmarshal JSON"),
+    ({"service": "s", "tags": '{"a": 1}'}, "malformed 'tags'"),
+    ({"service": "s", "tag": "novalue"}, "expecting key:value"),
+    ({"service": "s", "limit": "0"}, "limit must be greater than 0"),
+    ({"service": "s", "limit": "x"}, "'limit'"),
+    ({"service": "s", "limit": str(2**31)}, "'limit'"),
+    ({"service": "s", "end": str(2**63)}, "'end'"),
+    ({"service": "s", "start": "1_000"}, "'start'"),
+    ({"service": "s", "minDuration": "9999999999h"}, "'minDuration'"),
+    ({"service": "s", "minDuration": "-1s"}, "must not be negative"),
+    ({"service": "s", "start": "soon"}, "'start'"),
+    ({"service": "s", "start": "5", "end": "4"}, "start time must be before end time"),
+    ({"traceID": "not-hex"}, "not-hex"),
+    ({"service": "s", "raw": "maybe"}, "'raw'"),
+])
+def test_bad_search_parameters_answer_400(api, params, message):
+    assert message in error(api, "/api/traces", 400, **params)
+
+
+def test_trace_lookup_errors_and_unknown_paths(api, store):
+    add(store, request(llm_spans(1, T0_NS)))
+    assert error(api, f"/api/traces/{tid(2).hex()}", 404) == "trace not found"
+    assert "1234567890abcdef1234567890abcdef0" in error(api, "/api/traces/1234567890abcdef1234567890abcdef0", 400)
+    assert "zz" in error(api, "/api/traces/zz", 400)
+    assert "'start'" in error(api, f"/api/traces/{tid(1).hex()}", 400, start="x")
+    assert len(ok(api, f"/api/traces/{tid(1).hex()}", start=1, end=2)[0]["spans"]) == 5  # hints, ignored
+    assert "unknown path" in error(api, "/api/nothing", 404)
+    assert "unknown path" in error(api, "/", 404)
+
+
+def test_spans_from_the_real_sdk(api, store):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "sdk-svc", "deployment.environment": "t"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("my.lib", "2.0")
+    with tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER) as parent:
+        with tracer.start_as_current_span("chat m", links=[Link(parent.get_span_context())],
+                                          attributes={"gen_ai.latency.time_to_first_token": 0.25,
+                                                      "gen_ai.response.finish_reasons": ("length",)}) as child:
+            child.add_event("first_token", {"tokens": 1})
+            child.set_status(Status(StatusCode.ERROR, "cancelled"))
+    spans = exporter.get_finished_spans()
+    assert store.add(encode_spans(spans).SerializeToString()) == 2
+    trace_id = format(parent.get_span_context().trace_id, "032x")
+    (trace,) = ok(api, f"/api/traces/{trace_id}")
+    by_name = {s["operationName"]: s for s in trace["spans"]}
+    server, chat = by_name["POST /v1/chat/completions"], by_name["chat m"]
+    assert chat["references"] == [{"refType": "FOLLOWS_FROM", "traceID": trace_id,  # the link to the parent sets the type
+                                   "spanID": format(parent.get_span_context().span_id, "016x")}]
+    assert server["references"] == [] and chat["spanID"] == format(child.get_span_context().span_id, "016x")
+    sdk_chat = spans[0]  # ended first
+    assert (chat["startTime"], chat["duration"]) == (sdk_chat.start_time // 1000,
+                                                     (sdk_chat.end_time - sdk_chat.start_time) // 1000)
+    assert [t["key"] for t in chat["tags"]] == ["otel.scope.name", "otel.scope.version", "gen_ai.latency.time_to_first_token",
+                                                "gen_ai.response.finish_reasons", "span.kind", "otel.status_code", "error",
+                                                "otel.status_description"]
+    assert chat["tags"][3] == {"key": "gen_ai.response.finish_reasons", "type": "string", "value": '["length"]'}
+    assert chat["logs"][0]["fields"] == [{"key": "event", "type": "string", "value": "first_token"},
+                                         {"key": "tokens", "type": "int64", "value": 1}]
+    process = trace["processes"][server["processID"]]
+    assert process["serviceName"] == "sdk-svc" and "telemetry.sdk.language" in [t["key"] for t in process["tags"]]
+    assert "service.name" not in [t["key"] for t in process["tags"]]
+    (summary,) = ok(api, "/api/llm/failed")
+    assert (summary["traceID"], summary["finishReason"], summary["ttftSeconds"]) == (trace_id, "length", 0.25)
+
+
+def test_llm_endpoints(api, store):
+    now = time.time_ns()
+    for n, ttft in enumerate([0.1, 0.9, 0.5, 0.3]):  # requests of the last minute, plus an old slow one
+        add(store, request(llm_spans(n, now - (60 - n) * 10**9, ttft_s=ttft, error="abort" if n == 2 else None)))
+    add(store, request(llm_spans(9, now - 3600 * 10**9, ttft_s=5.0, error="error")))
+    slowest = ok(api, "/api/llm/slowest", limit=2)
+    assert [r["ttftSeconds"] for r in slowest] == [0.9, 0.5]
+    assert list(slowest[0]) == ["traceID", "spanID", "service", "operation", "startTime", "duration", "ttftSeconds",
+                                "e2eSeconds", "queueSeconds", "error", "errorType", "finishReason"]
+    assert slowest[0]["traceID"] == tid(1).hex() and slowest[0]["spanID"] == sid(1, 2).hex()
+    assert slowest[0]["service"] == "llm" and slowest[0]["operation"] == "chat m" and slowest[0]["error"] is False
+    assert [r["ttftSeconds"] for r in ok(api, "/api/llm/slowest", lookback="2h", limit=1)] == [5.0]
+    assert len(ok(api, "/api/llm/slowest", metric="queue")) == 4 and ok(api, "/api/llm/slowest", metric="e2e")
+    failed = ok(api, "/api/llm/failed")
+    assert [(r["traceID"], r["errorType"], r["finishReason"]) for r in failed] == [
+        (tid(2).hex(), "abort", "abort"), (tid(9).hex(), "error", "error")]
+    assert len(ok(api, "/api/llm/failed", start=(now - 120 * 10**9) // 1000)) == 1
+    assert "p99" in error(api, "/api/llm/slowest", 400, metric="p99")
+    assert "lookback" in error(api, "/api/llm/slowest", 400, lookback="5")
+    assert "limit" in error(api, "/api/llm/failed", 400, limit="-1")
