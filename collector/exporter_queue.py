@@ -119,6 +119,7 @@ class QueueStats(NamedTuple):
     enqueue_failed: int  # records
     queue_size: int  # items waiting (not the one in flight)
     queue_capacity: int  # items
+    resent: int = 0  # records in flight when the last run ended (on-disk queue), sent again: maybe twice
 
 
 class ExporterQueue(Generic[T]):
@@ -190,7 +191,7 @@ class ExporterQueue(Generic[T]):
     def stats(self) -> QueueStats:
         with self._cond:
             return QueueStats(self._sent, self._send_failed, self._enqueue_failed,
-                              self._items.count, self._capacity)
+                              self._items.count, self._capacity, self._items.resent_records)
 
     def stop(self, timeout_s: float) -> bool:
         """Refuse new items; keep sending (and retrying) what is queued for up to

@@ -9,7 +9,8 @@ taken and is not done yet is in flight.
 ``file_storage`` sending queue) commits every `put` before it returns, so an item a
 receiver acknowledged survives ``kill -9``; a batch leaves the file only in `done`, so one
 that was in flight when the process died is sent again after the restart (at least once:
-its backend may see it twice). Items must be bytes.
+its backend may see it twice; the records of such batches are counted in `resent_records`).
+Items must be bytes.
 
 Not thread-safe: the queue calls every method under its own lock.
 """
@@ -36,6 +37,7 @@ class Taken(NamedTuple):
 
 class MemoryStorage:
     persistent = False
+    resent_records = 0
 
     def __init__(self) -> None:
         self._items: deque[tuple[object, int, int]] = deque()  # (item, records, bytes)
@@ -92,13 +94,16 @@ class SqliteStorage:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # a commit survives the process (not a power cut)
         self._db.execute("CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER NOT NULL, "
-                         "size INTEGER NOT NULL, body BLOB NOT NULL)")
-        count, size, records = self._db.execute(
-            "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(records), 0) FROM items").fetchone()
+                         "size INTEGER NOT NULL, body BLOB NOT NULL, taken INTEGER NOT NULL DEFAULT 0)")
+        count, size, records, resent = self._db.execute(
+            "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(records), 0), "
+            "coalesce(sum(records * taken), 0) FROM items").fetchone()
         self.count, self.bytes, self.recovered_records = count, size, records
+        self.resent_records = resent  # in flight when the last run ended: its backend may get them twice
         self._next_id = 0  # items with a smaller id are taken (in flight) or done
         if count:
-            logger.info("%s: %d requests (%d records) left by the last run will be sent", path, count, records)
+            logger.info("%s: %d requests (%d records) left by the last run will be sent; %d records were in "
+                        "flight when it ended and may reach the backend twice", path, count, records, resent)
 
     def put(self, item: bytes, records: int, size: int) -> None:
         self._db.execute("INSERT INTO items (records, size, body) VALUES (?, ?, ?)", (records, size, item))
@@ -120,6 +125,7 @@ class SqliteStorage:
         if last is None:
             return None
         first, self._next_id = self._next_id, last + 1
+        self._db.execute("UPDATE items SET taken = 1 WHERE id BETWEEN ? AND ?", (first, last))
         return Taken(items, records, (first, last))
 
     def done(self, key: tuple[int, int]) -> None:

@@ -69,6 +69,11 @@ class SelfTelemetry:
                     (f"otelcol_exporter_enqueue_failed_{records}",
                      f"Number of {words} failed to be added to the sending queue."))):
                 out.append(SelfFamily(name, Kind.COUNTER, help_text, tuple((labels, s[i]) for labels, s in mine)))
+            if data_type == "traces":  # the on-disk queue's at-least-once: what a backend may get twice
+                out.append(SelfFamily(
+                    f"otel_llm_exporter_resent_{records}", Kind.COUNTER,
+                    f"Number of {words} that were in flight when the last run ended, sent again after the restart.",
+                    tuple((labels, s.resent) for labels, s in mine)))
         if stats:
             for i, (name, help_text) in enumerate((
                     ("otelcol_exporter_queue_size", "Current size of the retry queue (in batches)."),

@@ -60,19 +60,23 @@ def test_nothing_acknowledged_is_lost_across_kill_9(tmp_path):
             sender = threading.Thread(target=send)
             sender.start()
             assert wait_until(lambda: len(acked) >= 40 * SPANS, timeout_s=30)
+            resent = collector.counter("otel_llm_exporter_resent_spans")  # phase 1's in-flight batch
             collector.proc.kill()
             collector.proc.wait()
             sender.join()
         # 3. restarted once more: everything acknowledged arrives
-        with CollectorProcess(*flags):
+        with CollectorProcess(*flags) as collector:
             assert wait_until(lambda: acked <= {s.name for s in sink.received_spans()}, timeout_s=30), \
                 len(acked - {s.name for s in sink.received_spans()})
             time.sleep(0.5)  # anything sent twice has arrived too
+            resent += collector.counter("otel_llm_exporter_resent_spans")  # phase 2's in-flight batch
     received = [s.name for s in sink.received_spans()]
     duplicates = len(received) - len(set(received))
-    print(f"acknowledged {len(acked)} spans, received {len(received)}, duplicates {duplicates}")
+    print(f"acknowledged {len(acked)} spans, received {len(received)}, duplicates {duplicates}, "
+          f"counted as resent {resent}")
     assert set(received) <= span_names(0, 80)  # nothing made up
     assert duplicates % SPANS == 0  # only whole requests that were in flight at a kill are sent twice
+    assert duplicates <= resent  # and the collector counted them
 
 
 def test_storage_keeps_order_batches_and_what_was_in_flight(tmp_path):
@@ -90,6 +94,7 @@ def test_storage_keeps_order_batches_and_what_was_in_flight(tmp_path):
     store.close()
     again = SqliteStorage(path)  # a restart: what was in flight comes back first
     assert again.count == 3 and again.recovered_records == 30
+    assert again.resent_records == 10  # item2 was in flight: its backend may see it twice
     assert again.take(100).items == [b"item2", b"item3", b"item4"]
     again.put(b"item5", 1, 1)
     assert again.take(100).items == [b"item5"]  # ids keep growing after deletes
