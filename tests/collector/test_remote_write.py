@@ -228,13 +228,13 @@ def test_full_queue_counts_enqueue_failed_and_stop_is_bounded(receiver_factory) 
     exporter.export([series("x", 1.0, i=str(i)) for i in range(2)])
     wait_for(lambda: len(rx.received) == 1)  # in flight, stalled
     exporter.export([series("x", 1.0, i=str(i)) for i in range(9)])  # 5 requests: 2 fit
-    assert exporter.stats() == (0, 0, 5, 2, 2)
+    assert exporter.stats()[:5] == (0, 0, 5, 2, 2)
     started = time.monotonic()
     exporter.stop(0.3)
     assert time.monotonic() - started < 1.0
     # Queued ones dropped at once; the stalled POST is aborted and counted right after.
     wait_for(lambda: exporter.stats().send_failed == 6, timeout_s=2.0)
-    assert exporter.stats() == (0, 6, 5, 0, 2)
+    assert exporter.stats()[:5] == (0, 6, 5, 0, 2)
     exporter.export([series("late", 1.0)])
     assert exporter.stats().enqueue_failed == 6
 
@@ -270,11 +270,11 @@ def test_queue_offer_never_blocks_and_logs_drops_once(caplog) -> None:
     wait_for(lambda: queue.stats().queue_size == 0)  # taken, in flight
     assert all(queue.offer(i, 10) for i in range(3))
     assert [queue.offer(i, 10) for i in range(100)] == [False] * 100
-    assert queue.stats() == (0, 0, 1000, 3, 3)
+    assert queue.stats()[:5] == (0, 0, 1000, 3, 3)
     assert len(caplog.records) == 1 and "dropped 10 points" in caplog.records[0].getMessage()
     release.set()
     assert queue.stop(2.0)
-    assert queue.stats() == (40, 0, 1000, 0, 3)
+    assert queue.stats()[:5] == (40, 0, 1000, 0, 3)
     assert "dropped 990 points in 99 requests" in caplog.records[-1].getMessage()  # flushed at stop
 
 
@@ -289,7 +289,7 @@ def test_queue_stop_with_failing_backend_is_bounded() -> None:
     started = time.monotonic()
     assert queue.stop(0.2)
     assert time.monotonic() - started < 1.0
-    assert queue.stats() == (0, 20, 0, 0, 256)
+    assert queue.stats()[:5] == (0, 20, 0, 0, 256)
 
 
 def test_queue_permanent_unexpected_and_no_retry() -> None:
