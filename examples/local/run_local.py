@@ -11,7 +11,10 @@ then waits until Prometheus reports exactly that many finished requests per
 server instance and in total (`sum(vllm:request_success_total)`), and prints what
 a dashboard would query. With `--remote-write` the collector also remote-writes to a
 second Prometheus (`--web.enable-remote-write-receiver`, no scrape jobs), checked the
-same way. Exit code 0 when the totals are exact everywhere.
+same way. The servers also send their request spans to the collector, which keeps them
+(`--trace-store`) and serves Jaeger's query API: every chat completion must be there as a
+trace (Grafana's Jaeger data source, or curl, can read them while it runs). Exit code 0
+when the totals are exact everywhere and every trace arrived.
 """
 
 from __future__ import annotations
@@ -102,16 +105,18 @@ class Endpoints(NamedTuple):
     servers: list[str]  # base URLs of the `otel-llm serve` processes
     collector_metrics: str  # the collector's scrape endpoint
     prometheus: dict[str, str]  # "scrape" (and "remote_write") -> Prometheus base URL
+    jaeger: str  # the collector's Jaeger query API
 
 
 def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: bool) -> Endpoints:
     """Start the collector, the servers and Prometheus (two with `remote_write`); wait until all answer."""
     if shutil.which("prometheus") is None:
         raise RuntimeError("'prometheus' not found; install Debian's package: apt-get install -y prometheus")
-    otlp_port, prom_port = free_port(), free_port()
+    otlp_port, prom_port, jaeger_port = free_port(), free_port(), free_port()
     prometheus = {"scrape": f"http://127.0.0.1:{free_port()}"}
     collector_argv = [*OTEL_LLM, "collector", "--otlp-http-port", str(otlp_port),
-                      "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)]
+                      "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port),
+                      "--trace-store", str(stack.workdir / "traces"), "--jaeger-port", str(jaeger_port)]
     if remote_write:
         prometheus["remote_write"] = f"http://127.0.0.1:{free_port()}"
         collector_argv += ["--remote-write-url", f"{prometheus['remote_write']}/api/v1/write"]
@@ -123,7 +128,8 @@ def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: 
     for i in range(servers):
         port = free_port()
         proc = stack.start(f"server-{i}", [*OTEL_LLM, "serve", "--model", "dummy", "--port", str(port),
-                                           "--otlp-metrics-endpoint", f"http://127.0.0.1:{otlp_port}"],
+                                           "--otlp-metrics-endpoint", f"http://127.0.0.1:{otlp_port}",
+                                           "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"],
                            env={"OTEL_METRIC_EXPORT_INTERVAL": str(export_interval_ms)})
         urls.append(f"http://127.0.0.1:{port}")
         wait_for(f"server {i}", lambda: get_json(f"{urls[-1]}/health")["status"] == "ok", 120, proc)
@@ -136,7 +142,7 @@ def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: 
                                   f"--web.listen-address={url.removeprefix('http://')}",
                                   *(["--web.enable-remote-write-receiver"] if role == "remote_write" else [])])
         wait_for(name, lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200, 60, proc)
-    return Endpoints(urls, collector_metrics, prometheus)
+    return Endpoints(urls, collector_metrics, prometheus, f"http://127.0.0.1:{jaeger_port}")
 
 
 def per_instance_totals(prometheus: str) -> dict[str, float]:
@@ -166,6 +172,13 @@ def run(args: argparse.Namespace, stack: Stack) -> int:
         p50 = promql(prometheus, "histogram_quantile(0.5, sum by (le) (vllm:time_to_first_token_seconds_bucket))")
         report[role] = {"prometheus": prometheus, "sum_request_success_total": total, "per_instance": per_instance,
                         "ttft_p50_s": float(p50[0]["value"][1]) if p50 else None}
+    def traces() -> list[dict]:
+        query = urllib.parse.urlencode({"service": "otel-llm", "operation": "chat dummy", "limit": 10_000})
+        found = get_json(f"{endpoints.jaeger}/api/traces?{query}")["data"]
+        return found if len(found) >= args.requests * args.servers else []
+
+    report["traces_stored"] = len(wait_for("every request's trace in the collector's store", traces, 30))
+    report["jaeger_api"] = endpoints.jaeger
     print(json.dumps({**report, "collector_metrics": endpoints.collector_metrics, "servers": urls}, indent=1),
           flush=True)
     if any(report[role]["sum_request_success_total"] != args.requests * args.servers for role in endpoints.prometheus):

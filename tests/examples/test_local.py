@@ -1,5 +1,5 @@
 """examples/local end to end: three real servers -> the collector -> a real Prometheus scraping it and
-another receiving its remote-write."""
+another receiving its remote-write, and every request's trace in the collector's store."""
 
 import json
 import subprocess
@@ -25,5 +25,6 @@ def test_local_stack_counts_every_request_exactly(tmp_path):
         assert len(set(report[role]["per_instance"])) == 3
         assert report[role]["ttft_p50_s"] is not None and report[role]["ttft_p50_s"] > 0
     assert report["scrape"]["per_instance"] == report["remote_write"]["per_instance"]
+    assert report["traces_stored"] == 12  # every request's trace, kept by the collector
     assert "honor_labels" in (tmp_path / "prometheus.yml").read_text()
     assert json.loads((tmp_path / "prometheus-remote-write.yml").read_text())["scrape_configs"] == []
