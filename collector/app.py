@@ -197,7 +197,7 @@ class Collector:
         if self.scrape is not None:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
         parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
-        parts.extend(f"traces to {e.config.endpoint}" for e in self.traces.exporters if isinstance(e, TraceExporter))
+        parts.extend(f"traces to {e.config.url}" for e in self.traces.exporters if isinstance(e, TraceExporter))
         if self.jaeger is not None:
             parts.append(f"Jaeger query API {self.jaeger.url} (traces in {self.trace_store.path})")
         return ", ".join(parts)

@@ -82,9 +82,12 @@ _threshold.__name__, _fraction.__name__ = "duration or off", "fraction"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("collector", help="receive OTLP metrics from many servers, expose them to Prometheus",
-                       description="OTLP (HTTP and gRPC) in -> the metric-name shim -> a Prometheus scrape "
-                                   "endpoint. No config file needed.")
+    p = sub.add_parser("collector", help="receive OTLP metrics and traces from many servers; Prometheus and trace "
+                                         "backends out",
+                       description="OTLP metrics and traces in (HTTP and gRPC). Metrics -> the metric-name shim -> a "
+                                   "Prometheus scrape endpoint and remote-write. Traces -> OTLP trace backends "
+                                   "(--traces-to), optionally tail-sampled, and/or a trace store on this host with "
+                                   "Jaeger's query API (--trace-store). No config file needed.")
     p.add_argument("--host", default=None,
                    help="address every listener binds: 127.0.0.1 by default, 0.0.0.0 for all "
                         "(in --print-otelcol-config: 0.0.0.0 by default, as in a container)")
