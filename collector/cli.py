@@ -139,10 +139,11 @@ def add_parser(sub) -> None:
     at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")
     at_scale.add_argument("--print-otelcol-config", action="store_true",
                           help="print an otelcol-contrib YAML config that does what this collector does "
-                               "with the same --metrics-compat names, listeners and --remote-write-url, then exit")
+                               "with the same --metrics-compat names, listeners, --remote-write-url, --traces-to, "
+                               "--storage-dir and tail sampling flags, then exit")
     at_scale.add_argument("--otelcol-traces-endpoint", metavar="HOST:PORT",
-                          help="with --print-otelcol-config: also a traces pipeline to this OTLP/gRPC backend "
-                               "(e.g. jaeger:4317; TLS if it starts with https://)")
+                          help="with --print-otelcol-config: also a trace exporter `otlp/traces` to this OTLP/gRPC "
+                               "backend (e.g. jaeger:4317; TLS if it starts with https://)")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -170,12 +171,23 @@ def config_from_args(args: argparse.Namespace):
 def print_otelcol_config(args: argparse.Namespace) -> int:
     from collector.otelcol_config import render_otelcol_config
 
+    if args.trace_store:
+        print("otel-llm collector: error: --trace-store keeps traces on this host; otelcol-contrib has no "
+              "equivalent: send them to a trace backend with --traces-to URL", file=sys.stderr)
+        return 2
+    if (args.storage_dir or args.tail_sampling) and not (args.traces_to or args.otelcol_traces_endpoint):
+        flag = "--storage-dir" if args.storage_dir else "--tail-sampling"
+        print(f"otel-llm collector: error: {flag} needs a trace exporter in the printed config: add --traces-to "
+              "URL or --otelcol-traces-endpoint HOST:PORT", file=sys.stderr)
+        return 2
     host = args.host or "0.0.0.0"
     try:
+        sampling = config_from_args(args).tail_sampling  # built and checked as the collector builds it
         text = render_otelcol_config(
             args.metrics_compat, otlp_grpc_endpoint=f"{host}:{args.otlp_grpc_port}",
             otlp_http_endpoint=f"{host}:{args.otlp_http_port}", prometheus_endpoint=f"{host}:{args.prometheus_port}",
-            remote_write_urls=args.remote_write_url, traces_endpoint=args.otelcol_traces_endpoint)
+            remote_write_urls=args.remote_write_url, traces_to=args.traces_to,
+            traces_endpoint=args.otelcol_traces_endpoint, storage_dir=args.storage_dir, tail_sampling=sampling)
     except ValueError as exc:
         print(f"otel-llm collector: error: {exc}", file=sys.stderr)
         return 2

@@ -22,6 +22,10 @@ Component types keep their old names (`prometheusremotewrite`, `metricstransform
 release that has `translation_strategy` on both exporters (contrib v0.151.0 or later, PR #47714);
 newer releases log a deprecation warning. Remote-write uses the flat `endpoint` for the same reason
 (the `http:` block exists only since v0.158.0).
+
+Traces pipeline (with a trace backend; collector/otelcol_traces.py): `otlp` -> `memory_limiter` ->
+[`tail_sampling`] -> `batch` -> one `otlp` / `otlphttp` exporter per backend, [their queues in
+`file_storage`].
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from collector.otelcol_traces import header_lines as _traces_header, traces_part
+from collector.tail_sampler import TailSamplingConfig
 from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
@@ -105,16 +111,20 @@ def _transform(profile: Profile, fam: Family) -> dict:
 
 def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0.0.0:4317",
                    otlp_http_endpoint: str = "0.0.0.0:4318", prometheus_endpoint: str = "0.0.0.0:9464",
-                   remote_write_urls: Sequence[str] = (), traces_endpoint: str | None = None,
-                   memory_limit_mib: int = 512) -> dict:
-    """The otelcol-contrib config as plain data (dicts, lists, strings, ints).
+                   remote_write_urls: Sequence[str] = (), traces_to: Sequence[str] = (),
+                   traces_endpoint: str | None = None, storage_dir: str | None = None,
+                   tail_sampling: TailSamplingConfig | None = None, memory_limit_mib: int = 512) -> dict:
+    """The otelcol-contrib config as plain data (dicts, lists, strings, ints, floats).
 
     `remote_write_urls`: Prometheus remote-write 1.0 endpoints (e.g. http://prometheus:9090/api/v1/write),
-    one exporter each. `traces_endpoint`: host:port of an OTLP/gRPC trace backend (Jaeger, Tempo);
-    plain text unless it starts with https://; no traces pipeline without it.
-    Raises ValueError naming a bad profile, URL or memory limit.
+    one exporter each. Traces (collector/otelcol_traces.py), as `otel-llm collector` takes them:
+    `traces_to` backend URLs (http(s)://host:port[/path] or grpc://host:port), `storage_dir` for their
+    queues, `tail_sampling`; `traces_endpoint`: also host:port of an OTLP/gRPC backend, plain text
+    unless it starts with https://. No traces pipeline without a backend.
+    Raises ValueError naming a bad profile, URL, memory limit, or trace flags without a backend.
     """
     profile = get_profile(profile_name)
+    traces = traces_part(traces_to, traces_endpoint, storage_dir, tail_sampling)
     if memory_limit_mib < 1:
         raise ValueError(f"memory_limit_mib={memory_limit_mib}: must be >= 1")
     for url in remote_write_urls:
@@ -146,21 +156,23 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
         exporters[f"prometheusremotewrite/{i}"] = {"endpoint": url, "translation_strategy": TRANSLATION_STRATEGY,
                                                    "disable_scope_info": True}
     pipelines = {"metrics": {"receivers": ["otlp"], "processors": metric_processors, "exporters": list(exporters)}}
-    if traces_endpoint:
-        exporters["otlp/traces"] = {"endpoint": traces_endpoint,
-                                    "tls": {"insecure": not traces_endpoint.startswith("https://")}}
-        pipelines["traces"] = {"receivers": ["otlp"], "processors": ["memory_limiter", "batch"],
-                               "exporters": ["otlp/traces"]}
-    return {
-        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": otlp_grpc_endpoint},
-                                             "http": {"endpoint": otlp_http_endpoint}}}},
-        "processors": processors,
-        "exporters": exporters,
-        "service": {"pipelines": pipelines},
-    }
+    config: dict = {"receivers": {"otlp": {"protocols": {"grpc": {"endpoint": otlp_grpc_endpoint},
+                                                         "http": {"endpoint": otlp_http_endpoint}}}},
+                    "processors": processors, "exporters": exporters}
+    service: dict = {}
+    if traces is not None:
+        processors.update(traces.processors)
+        exporters.update(traces.exporters)
+        pipelines["traces"] = {"receivers": ["otlp"], "processors": ["memory_limiter", *traces.processors, "batch"],
+                               "exporters": list(traces.exporters)}
+        if traces.extensions:
+            config["extensions"] = traces.extensions
+            service["extensions"] = list(traces.extensions)
+    config["service"] = {**service, "pipelines": pipelines}
+    return config
 
 
-def _header(profile: Profile) -> str:
+def _header(profile: Profile, traces: list[str]) -> str:
     lines = [
         f"OpenTelemetry Collector Contrib config for the otel-llm `{profile.name}` metric names, generated by",
         f"`otel-llm collector --print-otelcol-config --metrics-compat {profile.name}` from the same tables as",
@@ -181,6 +193,7 @@ def _header(profile: Profile) -> str:
         lines.append("- no re-bucketing: these families keep the canonical buckets, so they carry extra `le` bounds")
         lines.append("  (counts at the shared bounds are equal, so histogram_quantile still works):")
         lines += [f"    {name}: {', '.join(f'{b:g}' for b in bounds)}" for name, bounds in extra.items()]
+    lines += traces
     return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
@@ -190,4 +203,6 @@ def render_otelcol_config(profile_name: str = "vllm", **kwargs) -> str:
 
     config = otelcol_config(profile_name, **kwargs)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=4096)
-    return _header(get_profile(profile_name)) + body
+    traces = traces_part(kwargs.get("traces_to", ()), kwargs.get("traces_endpoint"), kwargs.get("storage_dir"),
+                         kwargs.get("tail_sampling"))
+    return _header(get_profile(profile_name), _traces_header(traces)) + body

@@ -9,6 +9,7 @@ import yaml
 from collector.app import CollectorConfig
 from collector.cli import config_from_args
 from collector.otelcol_config import otelcol_config
+from collector.tail_sampler import TailSamplingConfig
 from server.cli import build_parser
 
 
@@ -49,6 +50,37 @@ def test_print_otelcol_config_honours_an_explicit_host():
     assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "10.1.2.3:4318"
     assert config["exporters"]["prometheus"]["endpoint"] == "10.1.2.3:9464"
     assert "traces" not in config["service"]["pipelines"]
+
+
+def test_print_otelcol_config_carries_the_trace_flags():
+    done = collector_cli("--print-otelcol-config", "--traces-to", "grpc://jaeger:4317", "--traces-to",
+                         "http://tempo:4318", "--storage-dir", "/var/lib/otelcol/q", "--tail-sampling",
+                         "--keep-ttft-above", "500ms", "--keep-e2e-above", "off", "--keep-fraction", "0.25",
+                         "--decision-wait", "3s")
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)
+    sampling = TailSamplingConfig(decision_wait_s=3.0, ttft_above_s=0.5, e2e_above_s=None, keep_fraction=0.25)
+    assert config == otelcol_config("vllm", traces_to=("grpc://jaeger:4317", "http://tempo:4318"),
+                                    storage_dir="/var/lib/otelcol/q", tail_sampling=sampling)
+    traces = config["service"]["pipelines"]["traces"]
+    assert traces["processors"] == ["memory_limiter", "tail_sampling", "batch"]
+    assert traces["exporters"] == ["otlp/0", "otlphttp/1"]
+    assert config["exporters"]["otlphttp/1"]["traces_endpoint"] == "http://tempo:4318/v1/traces"
+    assert config["processors"]["tail_sampling"]["decision_wait"] == "3s"
+    assert "Traces:" in done.stdout.split("\nreceivers:")[0]
+
+
+def test_print_otelcol_config_trace_flags_need_an_exporter():
+    for flags in (("--tail-sampling",), ("--storage-dir", "/q")):
+        done = collector_cli("--print-otelcol-config", *flags)
+        assert done.returncode == 2 and done.stdout == ""
+        assert f"error: {flags[0]} needs a trace exporter in the printed config: add --traces-to" in done.stderr
+    done = collector_cli("--print-otelcol-config", "--traces-to", "grpc://j:4317", "--trace-store", "/tmp/t")
+    assert done.returncode == 2 and "--trace-store keeps traces on this host" in done.stderr
+    done = collector_cli("--print-otelcol-config", "--traces-to", "jaeger:4317")
+    assert done.returncode == 2 and "invalid trace backend 'jaeger:4317'" in done.stderr
+    done = collector_cli("--print-otelcol-config", "--otelcol-traces-endpoint", "jaeger:4317", "--tail-sampling")
+    assert done.returncode == 0 and "tail_sampling" in yaml.safe_load(done.stdout)["processors"]
 
 
 def test_bad_values_exit_2_naming_them():
