@@ -7,6 +7,7 @@ exit code 2, naming the flag.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import re
 import signal
@@ -44,14 +45,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _remote_write_url(text: str) -> str:
-    from collector.remote_write_exporter import RemoteWriteConfig
+def _checked_by(config: str, what: str, example: str):
+    """An argparse type: the text, once ``config`` ("module:Class", imported when used) accepts it."""
+    def parse(text: str) -> str:
+        module, cls = config.split(":")
+        try:
+            getattr(importlib.import_module(module), cls)(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: use {example}") from None
+        return text
 
-    try:
-        RemoteWriteConfig(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid URL {text!r}: use e.g. http://127.0.0.1:9090/api/v1/write") from None
-    return text
+    parse.__name__ = what
+    return parse
+
+
+_remote_write_url = _checked_by("collector.remote_write_exporter:RemoteWriteConfig", "URL",
+                                "e.g. http://127.0.0.1:9090/api/v1/write")
+_trace_backend = _checked_by("collector.trace_exporter:TraceExporterConfig", "trace backend",
+                             "http://host:4318/v1/traces or grpc://host:4317")
 
 
 def _threshold(text: str) -> float | None:
@@ -65,19 +76,7 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _trace_backend(text: str) -> str:
-    from collector.trace_exporter import TraceExporterConfig
-
-    try:
-        TraceExporterConfig(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid trace backend {text!r}: use http://host:4318/v1/traces or grpc://host:4317") from None
-    return text
-
-
 duration_s.__name__, _port.__name__, _positive_int.__name__ = "duration", "port", "positive int"
-_remote_write_url.__name__, _trace_backend.__name__ = "remote-write URL", "trace backend"
 _threshold.__name__, _fraction.__name__ = "duration or off", "fraction"
 
 
