@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass
 
 from collector import exposition
-from collector.exporter_queue import QueueConfig
 from collector.metric_store import MetricStore, StoreConfig
 from collector.otlp_grpc_receiver import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
 from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
@@ -34,15 +33,12 @@ from collector.jaeger_api import JaegerQueryApi
 from collector.scrape_endpoint import ScrapeEndpoint
 from collector.self_telemetry import SelfTelemetry
 from collector.tail_sampler import TailSamplingConfig
-from collector.trace_exporter import TraceExporter, TraceExporterConfig
+from collector.trace_exporter import DISK_QUEUE, TraceExporter, TraceExporterConfig
 from collector.trace_pipeline import TracePipeline
 from collector.trace_store import TraceStore, TraceStoreConfig
 from collector.trace_store_writer import TraceStoreWriter
 
 logger = logging.getLogger("otel_llm.collector")
-
-
-DISK_QUEUE = QueueConfig(queue_size=1_000_000, max_bytes=4 * 1024**3)  # per backend, with storage_dir
 
 
 @dataclass(frozen=True)
@@ -95,9 +91,9 @@ class Collector:
         writers = [] if self.trace_store is None else [TraceStoreWriter(self.trace_store)]
         self.traces = TracePipeline([*(TraceExporter(c) for c in config.trace_exporter_configs()), *writers],
                                     config.tail_sampling)
-        signals = frozenset({Signal.METRICS, Signal.TRACES} if self.traces.exporters else {Signal.METRICS})
-        self.telemetry = SelfTelemetry(self.store.num_series, tuple(s.value for s in (Signal.METRICS, Signal.TRACES)
-                                                                    if s in signals))
+        data_types = ("metrics", "traces") if self.traces.exporters else ("metrics",)
+        signals = frozenset(Signal(d) for d in data_types)
+        self.telemetry = SelfTelemetry(self.store.num_series, data_types)
         self.http = None if config.otlp_http_port is None else OtlpReceiver(
             self._sink("http"), OtlpReceiverConfig(config.host, config.otlp_http_port, config.max_body_bytes,
                                                    signals=signals))
@@ -107,7 +103,8 @@ class Collector:
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port)
         self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]
-        for exporter in (*self.remote_writers, *self.traces.exporters):
+        self.exporters = (*self.remote_writers, *self.traces.exporters)
+        for exporter in self.exporters:
             self.telemetry.add_exporter(exporter)
         self._remote_write_series = RemoteWriteSeries()
         self._stop = threading.Event()
@@ -134,7 +131,7 @@ class Collector:
             return exposition.render(self.store, openmetrics, own)
 
     def start(self) -> Collector:
-        for exporter in (*self.remote_writers, *self.traces.exporters):
+        for exporter in self.exporters:
             exporter.start()
         for part in (self.http, self.grpc, self.scrape, self.jaeger):
             if part is not None:
@@ -176,7 +173,7 @@ class Collector:
             self.push_remote_write()
             self.traces.flush()  # waiting traces are decided with what they have
         deadline = time.monotonic() + timeout_s
-        for exporter in (*self.remote_writers, *self.traces.exporters):
+        for exporter in self.exporters:
             exporter.stop(max(0.0, deadline - time.monotonic()))
         if self.trace_store is not None:
             self.trace_store.close()

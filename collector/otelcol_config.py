@@ -203,6 +203,4 @@ def render_otelcol_config(profile_name: str = "vllm", **kwargs) -> str:
 
     config = otelcol_config(profile_name, **kwargs)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=4096)
-    traces = traces_part(kwargs.get("traces_to", ()), kwargs.get("traces_endpoint"), kwargs.get("storage_dir"),
-                         kwargs.get("tail_sampling"))
-    return _header(get_profile(profile_name), _traces_header(traces)) + body
+    return _header(get_profile(profile_name), _traces_header(config)) + body

@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from collector.app import DISK_QUEUE
 from collector.tail_sampler import TailSamplingConfig
-from collector.trace_exporter import TraceExporterConfig
+from collector.trace_exporter import DISK_QUEUE, TraceExporterConfig
 
 FILE_STORAGE = "file_storage"
 TAIL_SAMPLING = "tail_sampling"
@@ -117,18 +116,19 @@ def traces_part(traces_to: Sequence[str] = (), traces_endpoint: str | None = Non
     return TracesPart(extensions, processors, exporters)
 
 
-def header_lines(part: TracesPart | None) -> list[str]:
-    """What the traces pipeline does differently from `otel-llm collector`, for the config's header."""
-    if part is None:
+def header_lines(config: dict) -> list[str]:
+    """What the traces pipeline of ``config`` (an `otelcol_config`) does differently from
+    `otel-llm collector`, for the config's header."""
+    if "traces" not in config["service"]["pipelines"]:
         return []
     lines = ["",
              "Traces: the same backends; what differs from `otel-llm collector`:",
              "- no trace store on this host (--trace-store, Jaeger's query API): query the backend."]
-    if part.extensions:
+    if FILE_STORAGE in config.get("extensions", {}):
         lines += ["- the persistent queue (file_storage; the directory must exist) holds sending_queue.queue_size",
                   f"  (1000) requests per backend; ours up to {DISK_QUEUE.queue_size:,} requests / "
                   f"{DISK_QUEUE.max_bytes // 1024**3} GiB each."]
-    if TAIL_SAMPLING in part.processors:
+    if TAIL_SAMPLING in config["processors"]:
         lines += [
             f"- tail_sampling decides {ROOT_GRACE} after a trace's root span arrives (its 1 s ticks), else",
             "  decision_wait after its first span; ours decides as the root arrives.",

@@ -23,19 +23,15 @@ Only metrics are viewed this way; proto2 syntax gives every scalar presence
 from __future__ import annotations
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-_F = descriptor_pb2.FieldDescriptorProto
-_ONE, _MANY = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
-_SCALARS = {"bytes": _F.TYPE_BYTES, "string": _F.TYPE_STRING, "fixed64": _F.TYPE_FIXED64,
-            "double": _F.TYPE_DOUBLE, "sfixed64": _F.TYPE_SFIXED64, "int32": _F.TYPE_INT32,
-            "bool": _F.TYPE_BOOL, "uint32": _F.TYPE_UINT32}
-_PACKAGE = "otel_llm.collector.wire"
+from collector.proto_classes import message_classes
 
-# message -> (field, number, label, type[, oneof]); numbers from opentelemetry-proto metrics/v1.
+_ONE, _MANY = False, True  # repeated?
+
+# message -> (field, number, repeated, type[, oneof]); numbers from opentelemetry-proto metrics/v1.
 _MESSAGES = {
     "ExportMetricsServiceRequest": [("resource_metrics", 1, _MANY, "ResourceMetrics")],
     "ResourceMetrics": [("resource", 1, _ONE, "bytes"), ("scope_metrics", 2, _MANY, "ScopeMetrics")],
@@ -69,30 +65,7 @@ DELTA, CUMULATIVE = 1, 2
 FLAG_NO_RECORDED_VALUE = 1
 
 
-def _build_classes() -> dict[str, type]:
-    fdp = descriptor_pb2.FileDescriptorProto(name="otel_llm_metrics_wire.proto", package=_PACKAGE,
-                                             syntax="proto2")
-    for message_name, fields in _MESSAGES.items():
-        message = fdp.message_type.add(name=message_name)
-        oneofs: dict[str, int] = {}
-        for name, number, label, type_name, *oneof in fields:
-            field = message.field.add(name=name, number=number, label=label)
-            if type_name in _SCALARS:
-                field.type = _SCALARS[type_name]
-            else:
-                field.type, field.type_name = _F.TYPE_MESSAGE, f".{_PACKAGE}.{type_name}"
-            if oneof:
-                if oneof[0] not in oneofs:
-                    oneofs[oneof[0]] = len(message.oneof_decl)
-                    message.oneof_decl.add(name=oneof[0])
-                field.oneof_index = oneofs[oneof[0]]
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-            for name in _MESSAGES}
-
-
-_CLASSES = _build_classes()
+_CLASSES = message_classes("otel_llm.collector.wire", _MESSAGES, syntax="proto2")
 ExportMetricsServiceRequest = _CLASSES["ExportMetricsServiceRequest"]
 
 

@@ -1,8 +1,8 @@
 """Prometheus remote-write 1.0 messages, and the encoder from `PrwSeries` to a request body.
 
 The message classes (`WriteRequest`, `TimeSeries`, `Label`, `Sample`, `Exemplar`,
-`MetricMetadata`, package ``prometheus``) are built at import time from a
-descriptor written here, into a private descriptor pool: no generated code, no
+`MetricMetadata`, package ``prometheus``) are built at import time from a field
+table here (`proto_classes`), into a private descriptor pool: no generated code, no
 clash with another copy of the same messages in the default pool. Field numbers
 are those of ``prometheus/prometheus: prompb/remote.proto, prompb/types.proto
 @v2.42.0``; the native ``Histogram`` (TimeSeries field 4) is left out, as we
@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 import cramjam
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from collector.proto_classes import message_classes
 
 STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 """The staleness marker: a NaN whose bits are 0x7ff0000000000002 (send it when a series ends)."""
@@ -41,59 +42,21 @@ class PrwSeries(NamedTuple):
     exemplar: PrwExemplar | None = None
 
 
-_F = descriptor_pb2.FieldDescriptorProto
-
-# message -> fields (name, number, type, type name of a message/enum field); all but scalars repeated.
-_MESSAGES: dict[str, tuple[tuple[str, int, int, str], ...]] = {
-    "WriteRequest": (  # 2 is reserved (Cortex)
-        ("timeseries", 1, _F.TYPE_MESSAGE, "TimeSeries"),
-        ("metadata", 3, _F.TYPE_MESSAGE, "MetricMetadata"),
-    ),
-    "TimeSeries": (
-        ("labels", 1, _F.TYPE_MESSAGE, "Label"),
-        ("samples", 2, _F.TYPE_MESSAGE, "Sample"),
-        ("exemplars", 3, _F.TYPE_MESSAGE, "Exemplar"),
-    ),
-    "Label": (("name", 1, _F.TYPE_STRING, ""), ("value", 2, _F.TYPE_STRING, "")),
-    "Sample": (("value", 1, _F.TYPE_DOUBLE, ""), ("timestamp", 2, _F.TYPE_INT64, "")),
-    "Exemplar": (
-        ("labels", 1, _F.TYPE_MESSAGE, "Label"),
-        ("value", 2, _F.TYPE_DOUBLE, ""),
-        ("timestamp", 3, _F.TYPE_INT64, ""),
-    ),
-    "MetricMetadata": (
-        ("type", 1, _F.TYPE_ENUM, "MetricMetadata.MetricType"),
-        ("metric_family_name", 2, _F.TYPE_STRING, ""),
-        ("help", 4, _F.TYPE_STRING, ""),
-        ("unit", 5, _F.TYPE_STRING, ""),
-    ),
+# message -> (field, number, repeated, type); numbers from prompb (module docstring).
+_MESSAGES = {
+    "WriteRequest": [("timeseries", 1, True, "TimeSeries"), ("metadata", 3, True, "MetricMetadata")],  # 2: Cortex
+    "TimeSeries": [("labels", 1, True, "Label"), ("samples", 2, True, "Sample"), ("exemplars", 3, True, "Exemplar")],
+    "Label": [("name", 1, False, "string"), ("value", 2, False, "string")],
+    "Sample": [("value", 1, False, "double"), ("timestamp", 2, False, "int64")],
+    "Exemplar": [("labels", 1, True, "Label"), ("value", 2, False, "double"), ("timestamp", 3, False, "int64")],
+    "MetricMetadata": [("type", 1, False, "MetricMetadata.MetricType"), ("metric_family_name", 2, False, "string"),
+                       ("help", 4, False, "string"), ("unit", 5, False, "string")],
 }
-_METRIC_TYPES = ("UNKNOWN", "COUNTER", "GAUGE", "HISTOGRAM", "GAUGEHISTOGRAM", "SUMMARY", "INFO", "STATESET")
-
-
-def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(name="otel_llm/prometheus_remote_write.proto",
-                                             package="prometheus", syntax="proto3")
-    for message_name, fields in _MESSAGES.items():
-        message = fdp.message_type.add(name=message_name)
-        for name, number, type_, type_name in fields:
-            repeated = type_ == _F.TYPE_MESSAGE
-            message.field.add(name=name, number=number, type=type_,
-                              label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
-                              type_name=f".prometheus.{type_name}" if type_name else None)
-    metadata = next(m for m in fdp.message_type if m.name == "MetricMetadata")
-    enum = metadata.enum_type.add(name="MetricType")
-    for number, name in enumerate(_METRIC_TYPES):
-        enum.value.add(name=name, number=number)
-    return fdp
-
-
-_pool = descriptor_pool.DescriptorPool()
-_pool.Add(_file_descriptor())
+_ENUMS = {"MetricMetadata.MetricType": ("UNKNOWN", "COUNTER", "GAUGE", "HISTOGRAM", "GAUGEHISTOGRAM", "SUMMARY",
+                                        "INFO", "STATESET")}
+_CLASSES = message_classes("prometheus", _MESSAGES, enums=_ENUMS)
 WriteRequest, TimeSeries, Label, Sample, Exemplar, MetricMetadata = (
-    message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"prometheus.{name}"))
-    for name in ("WriteRequest", "TimeSeries", "Label", "Sample", "Exemplar", "MetricMetadata")
-)
+    _CLASSES[name] for name in ("WriteRequest", "TimeSeries", "Label", "Sample", "Exemplar", "MetricMetadata"))
 
 
 def write_request(series: Iterable[PrwSeries]) -> WriteRequest:

@@ -53,8 +53,7 @@ class MemoryStorage:
         if not self._items:
             return None
         items, records = [], 0
-        while self._items and (not items or (max_records is not None
-                                             and records + self._items[0][1] <= max_records)):
+        while self._items and _joins(items, records, self._items[0][1], max_records):
             item, n, size = self._items.popleft()
             items.append(item)
             records += n
@@ -115,7 +114,7 @@ class SqliteStorage:
                                 (self._next_id, 1 if max_records is None else 256)).fetchall()
         items, records, last = [], 0, None
         for row_id, n, size, body in rows:
-            if items and (max_records is None or records + n > max_records):
+            if not _joins(items, records, n, max_records):
                 break
             items.append(body)
             records += n
@@ -140,6 +139,12 @@ class SqliteStorage:
     def close(self) -> None:
         self._db.close()
         self._lock_file.close()
+
+
+def _joins(taken: list, records: int, n: int, max_records: int | None) -> bool:
+    """Whether the next item (``n`` records) joins a batch: the first always does; others while
+    the batch stays within ``max_records`` (None: one item per batch)."""
+    return not taken or (max_records is not None and records + n <= max_records)
 
 
 def storage_path(directory: Path, kind: str, endpoint: str) -> Path:

@@ -29,13 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collector.otlp_traces_wire import encode_spans
+from collector.request_span import request_facts
 
-_ERROR = Status.STATUS_CODE_ERROR
-_LATENCIES = {"gen_ai.latency.time_to_first_token": "ttft", "gen_ai.latency.e2e": "e2e",
-              "gen_ai.latency.time_in_queue": "queue"}
 
 
 @dataclass(frozen=True)
@@ -148,16 +146,12 @@ class TailSampler:
             return SamplingStats(dict(self._traces), dict(self._spans), len(self._pending), self._pending_spans)
 
     def _inspect(self, trace: _Trace, span: Span) -> None:
-        error = "error" if span.status.code == _ERROR else ""
-        for kv in span.attributes:
-            key = kv.key
-            if key == "error.type":
-                error = "abort" if kv.value.string_value == "abort" else "error"
-            elif key in _LATENCIES:
-                value = kv.value
-                trace.latency[_LATENCIES[key]] = value.double_value or float(value.int_value)
-        if error and trace.reason not in ("error", "abort"):
-            trace.reason = error
+        facts = request_facts(span)
+        for name, value in zip(("ttft", "e2e", "queue"), facts):
+            if value is not None:
+                trace.latency[name] = value
+        if facts.error and trace.reason not in ("error", "abort"):
+            trace.reason = "abort" if facts.error_type == "abort" else "error"
         elif not trace.reason and any(e.name == "preempted" for e in span.events):
             trace.reason = "preempted"
 

@@ -41,6 +41,7 @@ _RETRYABLE_GRPC = frozenset({
     grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS,
 })
 _RESERVED_HEADERS = frozenset({"content-type", "user-agent"})
+DISK_QUEUE = QueueConfig(queue_size=1_000_000, max_bytes=4 * 1024**3)  # per backend, with storage_dir
 
 
 @dataclass(frozen=True)

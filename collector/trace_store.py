@@ -31,13 +31,13 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from collector.request_span import request_facts
 from collector.trace_query import (
     DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
     span_matches,
 )
 
 _METRIC_COLUMNS = {"ttft": "ttft_s", "e2e": "e2e_s", "queue": "queue_s"}
-_LATENCY = {"gen_ai.latency.time_to_first_token": 0, "gen_ai.latency.e2e": 1, "gen_ai.latency.time_in_queue": 2}
 _DELETE_CHUNK = 20_000  # rows per transaction while deleting, so the WAL stays small
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS services (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
@@ -350,21 +350,8 @@ class TraceStore:
 
 
 def _request_row(span: trace_pb2.Span) -> tuple | None:
-    """(ttft_s, e2e_s, queue_s, error, error_type, finish_reason) of a span with gen_ai.latency.*
-    attributes, else None."""
-    latency, error_type, finish_reason, is_request = [None, None, None], None, None, False
-    for kv in span.attributes:
-        key = kv.key
-        if key.startswith("gen_ai.latency."):
-            is_request = True
-            if key in _LATENCY and kv.value.WhichOneof("value") in ("double_value", "int_value"):
-                latency[_LATENCY[key]] = kv.value.double_value or float(kv.value.int_value)
-        elif key == "error.type":
-            error_type = kv.value.string_value or "error"
-        elif key == "gen_ai.response.finish_reasons":
-            values = kv.value.array_value.values
-            finish_reason = values[0].string_value if values else kv.value.string_value or None
-    if not is_request:
+    """(ttft_s, e2e_s, queue_s, error, error_type, finish_reason) of a request span, else None."""
+    facts = request_facts(span)
+    if not facts.is_request:
         return None
-    error = span.status.code == trace_pb2.Status.STATUS_CODE_ERROR or error_type is not None
-    return (*latency, int(error), error_type, finish_reason)
+    return (*facts[:3], int(facts.error), facts.error_type, facts.finish_reason)
