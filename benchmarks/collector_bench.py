@@ -296,7 +296,7 @@ def end_to_end(seconds: float, export_interval_ms: int, workdir: Path) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "local"))
     import run_local
 
-    stack = run_local.Stack(workdir)
+    stack = run_local.Stack(workdir, progress=sys.stderr)  # stdout carries only the JSON
     try:
         endpoints = run_local.bring_up(stack, 3, export_interval_ms, remote_write=True)
         servers, proms = endpoints.servers, endpoints.prometheus

@@ -79,16 +79,16 @@ def promql(prometheus: str, query: str) -> list[dict]:
 
 
 class Stack:
-    """The processes, stopped in reverse order; their logs in `workdir`."""
+    """The processes, stopped in reverse order; their logs in `workdir`; progress lines to `progress`."""
 
-    def __init__(self, workdir: Path):
-        self.workdir, self.procs = workdir, []
+    def __init__(self, workdir: Path, progress=sys.stdout):
+        self.workdir, self.procs, self.progress = workdir, [], progress
 
     def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")
         proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         self.procs.append((name, proc))
-        print(f"started {name} (pid {proc.pid}, log {log.name})", flush=True)
+        print(f"started {name} (pid {proc.pid}, log {log.name})", file=self.progress, flush=True)
         return proc
 
     def stop(self) -> None:
