@@ -8,7 +8,9 @@ collect seam: `MetricReader._set_collect_callback`, which the MeterProvider
 itself uses. `attach_reader` installs a callback that snapshots the given
 Telemetry objects and returns `MetricsData` (cumulative temporality, canonical
 names and attributes). If the reader is also registered with a MeterProvider,
-that provider's data is merged in.
+that provider's data is merged in. With `temporality="delta"` counters and
+histograms carry what changed since the reader's previous collection
+(`DeltaState`), for backends that want deltas.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from .instruments import (
 
 _SCOPE = InstrumentationScope("otel_llm", "0.1.0")
 _CUMULATIVE = AggregationTemporality.CUMULATIVE
+_DELTA = AggregationTemporality.DELTA
+TEMPORALITIES = ("cumulative", "delta", "lowmemory")  # OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
 
 
 def _attributes(tel, inst: Instrument, series: int) -> dict:
@@ -92,12 +96,62 @@ def to_metrics_data(telemetries, resource: Resource | None = None) -> MetricsDat
     return MetricsData([ResourceMetrics(resource or Resource.create({}), [ScopeMetrics(_SCOPE, metrics, "")], "")])
 
 
-def attach_reader(reader, telemetries, resource: Resource | None = None) -> None:
-    """Install the collect callback on `reader` (see module docstring)."""
+class DeltaState:
+    """Turns one reader's cumulative points into deltas since its previous collection."""
+
+    def __init__(self):
+        self._last: dict[tuple, object] = {}  # (metric name, attributes) -> previous cumulative point
+        self._last_time: int | None = None
+
+    def apply(self, data: MetricsData) -> MetricsData:
+        out_rm = []
+        now = None
+        for rm in data.resource_metrics:
+            out_sm = []
+            for sm in rm.scope_metrics:
+                metrics = []
+                for m in sm.metrics:
+                    if isinstance(m.data, (Sum, Histogram)):
+                        points = [self._delta(m.name, p) for p in m.data.data_points]
+                        now = now or (points[0].time_unix_nano if points else None)
+                        data_ = Sum(points, _DELTA, True) if isinstance(m.data, Sum) else Histogram(points, _DELTA)
+                        m = Metric(m.name, m.description, m.unit, data_)
+                    metrics.append(m)
+                out_sm.append(ScopeMetrics(sm.scope, metrics, sm.schema_url))
+            out_rm.append(ResourceMetrics(rm.resource, out_sm, rm.schema_url))
+        if now is not None:
+            self._last_time = now
+        return MetricsData(out_rm)
+
+    def _delta(self, name: str, p):
+        key = (name, tuple(sorted(p.attributes.items())))
+        prev = self._last.get(key)
+        self._last[key] = p
+        start = p.start_time_unix_nano if prev is None else prev.time_unix_nano
+        if isinstance(p, NumberDataPoint):
+            return NumberDataPoint(p.attributes, start, p.time_unix_nano, p.value - (prev.value if prev else 0))
+        if prev is None:
+            return p
+        counts = [a - b for a, b in zip(p.bucket_counts, prev.bucket_counts)]
+        # min/max of the interval alone are unknown: kept only when the interval holds every value
+        same = prev.count == 0
+        return HistogramDataPoint(p.attributes, start, p.time_unix_nano, p.count - prev.count, p.sum - prev.sum,
+                                  counts, p.explicit_bounds, p.min if same else None, p.max if same else None,
+                                  p.exemplars)
+
+
+def attach_reader(reader, telemetries, resource: Resource | None = None, temporality: str = "cumulative") -> None:
+    """Install the collect callback on `reader` (see module docstring). `temporality`: one of TEMPORALITIES
+    (lowmemory, as in the OTel SDK, is delta for counters and histograms)."""
+    if temporality not in TEMPORALITIES:
+        raise ValueError(f"temporality must be one of {TEMPORALITIES}, got {temporality!r}")
     provider_collect = reader._collect if getattr(reader, "_collect", None) is not None else None
+    delta = DeltaState() if temporality != "cumulative" else None
 
     def collect(r, timeout_millis: float = 10_000) -> MetricsData:
         ours = to_metrics_data(telemetries, resource)
+        if delta is not None:
+            ours = delta.apply(ours)
         if provider_collect is None:
             return ours
         theirs = provider_collect(r, timeout_millis=timeout_millis)

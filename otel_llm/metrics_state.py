@@ -16,9 +16,10 @@ from .instruments import Instrument, Kind
 
 
 class MetricsState:
-    """All instruments' state, keyed by canonical name. Histograms in seconds are recorded in ns."""
+    """All instruments' state, keyed by canonical name. Histograms in seconds are recorded in ns
+    (`seconds_in_ns=False`: in seconds, as vLLM's stats objects carry them)."""
 
-    def __init__(self, table: dict[str, Instrument]):
+    def __init__(self, table: dict[str, Instrument], seconds_in_ns: bool = True):
         self.table = table
         self.histograms: dict[str, HistogramState] = {}
         self.counters: dict[str, np.ndarray] = {}
@@ -26,7 +27,7 @@ class MetricsState:
         for name, inst in table.items():
             if inst.kind is Kind.HISTOGRAM:
                 self.histograms[name] = HistogramState(inst.buckets, inst.num_series, inst.exemplars,
-                                                        1e-9 if inst.unit == "s" else 1.0)
+                                                        1e-9 if inst.unit == "s" and seconds_in_ns else 1.0)
             elif inst.kind is Kind.COUNTER:
                 self.counters[name] = np.zeros(inst.num_series, np.float64)
             else:

@@ -54,6 +54,7 @@ class FinishReason(IntEnum):
     LENGTH = 1
     ABORT = 2
     ERROR = 3
+    REPETITION = 4  # vLLM >= 0.32: a repetitive token pattern was detected
 
     @property
     def label(self) -> str:

