@@ -156,17 +156,13 @@ def main() -> None:
         "per_token_decode_256": ratio("decode_256", "ns_per_token_median"),
         "per_finished_many_64": ratio("many_64", "us_per_finished_median"),
         "per_finished_one_per_step_64": ratio("one_64", "us_per_finished_median"),
-        "metrics_render": render_ratio(report),
+        "metrics_render": report["metrics_render_ms"]["vllm"]["median"]
+        / report["metrics_render_ms"]["otel_llm_replace"]["median"],
     }
     report["add_mode_overhead"] = {
         case: c[case]["vllm_plus_otel_llm_add"]["ns_per_token_median"] / c[case]["vllm"]["ns_per_token_median"] - 1
         for case in c}
     print(json.dumps(report, indent=1))
-
-
-def render_ratio(report) -> float:
-    r = report["metrics_render_ms"]
-    return r["vllm"]["median"] / r["otel_llm_replace"]["median"]
 
 
 if __name__ == "__main__":

@@ -101,11 +101,9 @@ class DeltaState:
 
     def __init__(self):
         self._last: dict[tuple, object] = {}  # (metric name, attributes) -> previous cumulative point
-        self._last_time: int | None = None
 
     def apply(self, data: MetricsData) -> MetricsData:
         out_rm = []
-        now = None
         for rm in data.resource_metrics:
             out_sm = []
             for sm in rm.scope_metrics:
@@ -113,14 +111,11 @@ class DeltaState:
                 for m in sm.metrics:
                     if isinstance(m.data, (Sum, Histogram)):
                         points = [self._delta(m.name, p) for p in m.data.data_points]
-                        now = now or (points[0].time_unix_nano if points else None)
                         data_ = Sum(points, _DELTA, True) if isinstance(m.data, Sum) else Histogram(points, _DELTA)
                         m = Metric(m.name, m.description, m.unit, data_)
                     metrics.append(m)
                 out_sm.append(ScopeMetrics(sm.scope, metrics, sm.schema_url))
             out_rm.append(ResourceMetrics(rm.resource, out_sm, rm.schema_url))
-        if now is not None:
-            self._last_time = now
         return MetricsData(out_rm)
 
     def _delta(self, name: str, p):

@@ -22,7 +22,6 @@ multiprocess, any other reader).
 from __future__ import annotations
 
 import math
-import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable
@@ -65,9 +64,6 @@ class Child:
 
     def inc(self, amount: float = 1) -> None:
         self.value += amount
-
-    def dec(self, amount: float = 1) -> None:
-        self.value -= amount
 
     def set(self, value: float) -> None:
         self.value = float(value)
@@ -137,10 +133,6 @@ class Family:
 
     def observe(self, value: float, exemplar=None) -> None:
         self.labels().observe(value)
-
-    def remove(self, *values) -> None:
-        self.children.pop(tuple(str(v) for v in values), None)
-        self._lines = None
 
     def label_dict(self, child: Child) -> dict[str, str]:
         return dict(zip(self.labelnames, child.labelvalues))
@@ -214,7 +206,6 @@ class FamilySet:
             with_created = bool(getattr(metrics, "_use_created", True))
         self.with_created = with_created
         self.families: dict[str, Family] = {}
-        self.lock = threading.Lock()  # held by the owner while its sources' data changes, if needed
 
     def add(self, family: Family) -> None:
         self.families.pop(family.name, None)

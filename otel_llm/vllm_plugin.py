@@ -34,7 +34,6 @@ handler): failures are logged once and counted (`otel_llm.telemetry.dropped`).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import threading
@@ -50,7 +49,7 @@ from .instruments import Kind
 from .profiles import get_profile
 from .prom_families import FamilySet, shim_classes
 from .step import FINISH_REASON_LABELS
-from .vllm_stats import _NUM_REASONS, _OP, PROMPT_SOURCES, VllmStatsAggregator
+from .vllm_stats import NUM_REASONS, OP_OTHER, PROMPT_SOURCES, VllmStatsAggregator
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
@@ -151,7 +150,6 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
     """`replace` mode: vLLM's `vllm:*` families, values from otel_llm's aggregation, plus the OTLP push."""
 
     def __init__(self, vllm_config, engine_indexes=None):
-        _env_choice(MODE_VAR, MODES, "add")
         self.families = FamilySet()
         self.multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ  # --api-server-count > 1
         if not self.multiprocess:
@@ -164,7 +162,6 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
                            "Prometheus path is kept and otel-llm pushes OTLP alongside", MODE_VAR)
             return
         self._otel.agg.on_steps = self._rare_steps
-        self._snaps: dict = {}
         self._install_sources()
         install_fast_metrics(self)
         self.record = self._otel.agg.record
@@ -220,13 +217,12 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
 
     def _install_sources(self) -> None:
         agg, fams = self._otel.agg, self.families.families
-        snaps = self._snaps
         for pfam in get_profile("vllm").families:
             fam = fams.get(pfam.name)
             inst = agg.table.get(pfam.canonical)
             if fam is None or inst is None or pfam.canonical == "otel_llm.cache_config.info":
                 continue
-            fam.source = _canonical_source(fam, inst, snaps)
+            fam.source = _canonical_source(fam, inst, agg)
         extras = {
             "vllm:num_requests_waiting_by_reason":
                 lambda x, lab: x.waiting_capacity if lab["reason"] == "capacity" else x.waiting_deferred,
@@ -248,7 +244,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
 
     def render(self) -> bytes:
         """This logger's `vllm:*` families in text format 0.0.4 (prometheus_client's bytes)."""
-        with self._settled():
+        with self._otel.agg.settled():
             return self.families.render()
 
     def describe(self):  # registers no names: vLLM re-creating its logger never collides with this one
@@ -256,20 +252,8 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
 
     def collect(self):
         """prometheus_client Collector protocol (the OpenMetrics route `/metrics/`, other registries)."""
-        with self._settled():
+        with self._otel.agg.settled():
             return list(self.families.collect())
-
-    @contextlib.contextmanager
-    def _settled(self):
-        """Every queued step folded and buffered value bucketed; the aggregator's lock held."""
-        agg = self._otel.agg
-        agg.flush()
-        with agg.lock:
-            for e in agg.engines.values():
-                e.settle()
-            self._snaps.clear()
-            self._snaps.update((idx, e.metrics) for idx, e in agg.engines.items())
-            yield
 
     def _rare_steps(self, engine_idx: int, steps: list) -> None:
         """Per step, what only some configurations have (spec decode, KV connectors, MFU, KV-block
@@ -291,56 +275,56 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
                     w["not_watermarked"][engine_idx].inc(it.num_not_watermarked_reqs)
 
 
-def _canonical_source(fam, inst, snaps: dict):
+def _engine(fam, agg, child):
+    """The engine state a child's `engine` label names (None before that engine's first step)."""
+    return agg.engines.get(int(fam.label_dict(child).get("engine", 0)))
+
+
+def _canonical_source(fam, inst, agg):
     """A family's values from a canonical instrument's per-engine state (re-bucketed exactly)."""
     import numpy as np
 
     reason_label = "finished_reason" in fam.labelnames
-
     by_reason = "otel_llm.finish_reason" in inst.dims
 
-    def series(child) -> tuple[int, int | slice]:
-        """(engine, the instrument's series this child shows: summed when the family drops a dimension)."""
-        lab = fam.label_dict(child)
-        engine = int(lab.get("engine", 0))
+    def series(child) -> int | slice:
+        """The instrument's series this child shows (summed when the family drops a dimension)."""
         if reason_label:
-            return engine, _OP * _NUM_REASONS + FINISH_REASON_LABELS.index(lab["finished_reason"])
+            reason = FINISH_REASON_LABELS.index(fam.label_dict(child)["finished_reason"])
+            return OP_OTHER * NUM_REASONS + reason
         if by_reason:
-            return engine, slice(_OP * _NUM_REASONS, (_OP + 1) * _NUM_REASONS)
-        return engine, (_OP if inst.dims else 0)
+            return slice(OP_OTHER * NUM_REASONS, (OP_OTHER + 1) * NUM_REASONS)
+        return OP_OTHER if inst.dims else 0
 
     if inst.kind is Kind.HISTOGRAM:
         fine = np.asarray(inst.buckets, np.float64)
         pos = np.searchsorted(fine, np.asarray(fam.buckets, np.float64)).tolist() + [len(fine)]
 
         def hist(child):
-            engine, s = series(child)
-            m = snaps.get(engine)
-            if m is None:
+            e = _engine(fam, agg, child)
+            if e is None:
                 return [0] * len(pos), 0.0
-            h = m.histograms[inst.name]
+            h, s = e.metrics.histograms[inst.name], series(child)
             counts = h.counts[s] if type(s) is int else h.counts[s].sum(axis=0)
             return np.cumsum(counts)[pos].tolist(), float(h.sums[s].sum())
         return hist
     if inst.kind is Kind.COUNTER:
         def counter(child):
-            engine, s = series(child)
-            m = snaps.get(engine)
-            return 0.0 if m is None else float(m.counters[inst.name][s].sum())
+            e = _engine(fam, agg, child)
+            return 0.0 if e is None else float(e.metrics.counters[inst.name][series(child)].sum())
         return counter
 
     def gauge(child):
-        m = snaps.get(int(fam.label_dict(child).get("engine", 0)))
-        v = None if m is None else m.gauges.get(inst.name)
+        e = _engine(fam, agg, child)
+        v = None if e is None else e.metrics.gauges.get(inst.name)
         return 0.0 if v is None else float(v)
     return gauge
 
 
 def _extras_source(fam, agg, get):
     def value(child):
-        lab = fam.label_dict(child)
-        e = agg.engines.get(int(lab.get("engine", 0)))
-        return 0.0 if e is None else float(get(e.extras, lab))
+        e = _engine(fam, agg, child)
+        return 0.0 if e is None else float(get(e.extras, fam.label_dict(child)))
     return value
 
 
@@ -348,7 +332,7 @@ def _extras_histogram_source(fam, agg):
     import numpy as np
 
     def hist(child):
-        e = agg.engines.get(int(fam.label_dict(child).get("engine", 0)))
+        e = _engine(fam, agg, child)
         if e is None:
             return [0] * (len(fam.buckets) + 1), 0.0
         h = e.extras.prefill_kv_computed

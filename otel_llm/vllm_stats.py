@@ -21,6 +21,7 @@ completion). Families vLLM serves that have no canonical instrument
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -38,8 +39,8 @@ from .step import FinishReason
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
-_OP = len(OPERATIONS) - 1  # "_OTHER"
-_NUM_REASONS = len(FinishReason)
+OP_OTHER = len(OPERATIONS) - 1  # "_OTHER"
+NUM_REASONS = len(FinishReason)
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats.ALL_SOURCES
 # FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
 _FINISHED = attrgetter("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time",
@@ -112,7 +113,7 @@ class VllmStatsAggregator:
                                      tuple(sorted(set(inst.buckets) | set(bounds))), inst.dims, inst.exemplars)
         self.table = table
         self._model, self._provider, self._max_len = model_name, provider_name, max_model_len
-        self.lock = self._lock = threading.Lock()
+        self._lock = threading.Lock()
         self.scheduler_gauges = scheduler_gauges
         self.on_steps = None
         self._pending: collections.deque = collections.deque()
@@ -161,12 +162,18 @@ class VllmStatsAggregator:
             if first is not None:
                 first.metrics.counters["otel_llm.telemetry.dropped"][0] = self.dropped
 
-    def settle(self) -> None:
-        """Fold the queue and bucket every buffered value (what a collection pays)."""
+    @contextlib.contextmanager
+    def settled(self):
+        """Every queued step folded and buffered value bucketed (what a collection pays); the lock held."""
         self.flush()
         with self._lock:
             for e in self.engines.values():
                 e.settle()
+            yield
+
+    def settle(self) -> None:
+        with self.settled():
+            pass
 
     def _failed(self, where: str) -> None:
         self.errors += 1
@@ -229,7 +236,7 @@ class VllmStatsAggregator:
                            ("otel_llm.request.inter_token_latency", "inter_token_latencies_iter")):
             vals = list(chain.from_iterable(getattr(it, attr) for it in its))
             if vals:
-                h[name].record(np.array(vals, np.float64), _OP)
+                h[name].record(np.array(vals, np.float64), OP_OTHER)
         fins = list(chain.from_iterable(it.finished_requests for it in its))
         if fins:
             _finished(e, fins)
@@ -241,12 +248,12 @@ def _finished(e: EngineStats, fins: list) -> None:
     max_tokens = np.array([r[-1] or 0 for r in rows], np.float64)  # vLLM observes it only when set
     a = np.array([r[:-1] for r in rows], np.float64).T
     reason = a[0].astype(np.int64)
-    reason[(reason < 0) | (reason >= _NUM_REASONS)] = FinishReason.ERROR
-    e.metrics.add_many("otel_llm.request.finished", _OP * _NUM_REASONS + reason)
+    reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
+    e.metrics.add_many("otel_llm.request.finished", OP_OTHER * NUM_REASONS + reason)
     for name, col in _PER_REQUEST:
-        h[name].record(a[col], _OP * _NUM_REASONS + reason if name == "gen_ai.server.request.duration" else _OP)
+        h[name].record(a[col], OP_OTHER * NUM_REASONS + reason if name == "gen_ai.server.request.duration" else OP_OTHER)
     e.extras.prefill_kv_computed.record(a[7] - np.maximum(a[8], 0))
     set_mt = max_tokens != 0
     if set_mt.any():
-        h["otel_llm.request.params.max_tokens"].record(max_tokens[set_mt], _OP)
+        h["otel_llm.request.params.max_tokens"].record(max_tokens[set_mt], OP_OTHER)
 
