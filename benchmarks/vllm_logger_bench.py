@@ -16,7 +16,9 @@ nothing is hidden off the measured path):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import math
 import os
 import random
 import statistics
@@ -64,6 +66,7 @@ def make_steps(kind: str, n_steps: int, in_flight: int, seed: int = 0):
 
 
 def cpu_ns(fn) -> int:
+    gc.collect()  # no collection pending from the previous run is charged to this one
     t = time.process_time_ns()
     fn()
     return time.process_time_ns() - t
@@ -96,6 +99,20 @@ def run_case(loggers: dict, kind: str, in_flight: int, n_steps: int, rounds: int
     return out
 
 
+def same_samples(theirs: str, ours: str) -> bool:
+    """Both expositions hold the same samples with equal values (sums to float rounding)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples(text):
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples if not s.name.endswith("_created")}
+    a, b = samples(theirs), samples(ours)
+    bad = [k for k in a.keys() | b.keys() if k not in a or k not in b or not math.isclose(a[k], b[k], rel_tol=1e-9)]
+    for k in bad[:5]:
+        print(f"differs: {k}: vllm {a.get(k)} otel_llm {b.get(k)}", file=sys.stderr)
+    return not bad
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", default=str(REPO / ".cache/vllm-tiny-llama"))
@@ -111,15 +128,19 @@ def main() -> None:
     cfg = vllm_config(args.model_dir)
     ours = OtelLLMPrometheusStatLogger(cfg, [0])  # first: vLLM's __init__ unregisters earlier vllm: collectors
     add = OtelLLMStatLogger(cfg, [0])
-    theirs = PrometheusStatLogger(cfg, [0])
+    theirs_beside_add = PrometheusStatLogger(cfg, [0])  # add mode's own vLLM logger: `theirs` sees only its case's steps
+    theirs = PrometheusStatLogger(cfg, [0])  # last: the one left registered, rendered and compared with ours
 
     def rec(lg):
         return lambda s, i: lg.record(scheduler_stats=s, iteration_stats=i, mm_cache_stats=None, engine_idx=0)
 
+    from vllm.utils.gc_utils import freeze_gc_heap
+    freeze_gc_heap()  # as vLLM's API server does after start-up: a full collection then skips the import-time heap
+
     loggers = {
         "vllm": (rec(theirs), lambda: None),
         "otel_llm_replace": (rec(ours), ours._otel.agg.settle),
-        "vllm_plus_otel_llm_add": (lambda s, i: (theirs.record(scheduler_stats=s, iteration_stats=i,
+        "vllm_plus_otel_llm_add": (lambda s, i: (theirs_beside_add.record(scheduler_stats=s, iteration_stats=i,
                                                                mm_cache_stats=None, engine_idx=0),
                                                   add.record(scheduler_stats=s, iteration_stats=i,
                                                              mm_cache_stats=None, engine_idx=0)),
@@ -145,6 +166,7 @@ def main() -> None:
     for _ in range(args.rounds * 3):
         render["vllm"].append(cpu_ns(lambda: generate_latest(VllmOnly())))
         render["otel_llm_replace"].append(cpu_ns(ours.render))
+    report["same_samples_as_vllm"] = same_samples(generate_latest(VllmOnly()).decode(), ours.render().decode())
     report["metrics_render_ms"] = {k: {"min": min(v) / 1e6, "median": statistics.median(v) / 1e6}
                                    for k, v in render.items()}
     c = report["cases"]

@@ -1,4 +1,7 @@
-"""benchmarks/vllm_logger_bench.py runs in the vLLM venv and prints one JSON object (a short run)."""
+"""benchmarks/vllm_logger_bench.py runs in the vLLM venv and prints one JSON object (a short run).
+
+Timings are the benchmark's business (a 20-step run on a shared 2-core machine proves no ratio); the
+test checks that it runs, reports every case, and that what it timed computed vLLM's exact samples."""
 
 import json
 import subprocess
@@ -19,5 +22,9 @@ def test_the_benchmark_prints_its_json():
     assert set(report["cases"]) == {"decode_64", "decode_256", "many_64", "one_64"}
     for case in report["cases"].values():
         assert set(case) == {"vllm", "otel_llm_replace", "vllm_plus_otel_llm_add"}
-    r = report["ratios_vllm_over_replace"]
-    assert r["per_finished_many_64"] > 1 and r["metrics_render"] > 1  # far from the targets' 5x if broken
+    assert report["same_samples_as_vllm"] is True  # the timed replace logger rendered vLLM's own values
+    for case in report["cases"].values():
+        assert all(v > 0 for entry in case.values() for v in entry.values())
+    assert set(report["ratios_vllm_over_replace"]) == {
+        "per_token_decode_64", "per_token_decode_256", "per_finished_many_64", "per_finished_one_per_step_64",
+        "metrics_render"}
