@@ -6,7 +6,8 @@ Prints one JSON object. Every case builds fresh `IterationStats`/`SchedulerStats
 the CPU each logger spends on them, ours including the deferred folding (so
 nothing is hidden off the measured path):
 
-- steady decode at 64 and 256 requests in flight: ns per generated token;
+- steady decode at 64 and 256 requests in flight: ns per generated token (each step's ITLs one
+  timestamp difference, as vLLM computes them; `jitter_256`: every request's ITL its own, the worst case);
 - steps where many requests finish (64 per step) and where one finishes per step with 64 in flight:
   µs per finished request (the steps' whole cost over the requests finished);
 - `/metrics` render of the logger's families after 10,000 finished requests;
@@ -37,6 +38,9 @@ def vllm_config(model_dir: str):
     return EngineArgs(model=model_dir, max_model_len=1024, enforce_eager=True, dtype="bfloat16").create_engine_config()
 
 
+FINISHING = {"decode": lambda n: 0, "jitter": lambda n: 0, "many": lambda n: n, "one": lambda n: 1}
+
+
 def make_steps(kind: str, n_steps: int, in_flight: int, seed: int = 0):
     """Fresh vLLM stats objects per step: (SchedulerStats, IterationStats, tokens, finished)."""
     from vllm.v1.engine import FinishReason
@@ -44,11 +48,16 @@ def make_steps(kind: str, n_steps: int, in_flight: int, seed: int = 0):
 
     rng = random.Random(seed)
     out = []
+    now = 1000.0
     for _ in range(n_steps):
         it = IterationStats()
-        finishing = {"decode": 0, "many": in_flight, "one": 1}[kind]
+        finishing = FINISHING[kind](in_flight)
         it.num_generation_tokens = in_flight
-        it.inter_token_latencies_iter = [rng.uniform(0.004, 0.03) for _ in range(in_flight)]
+        # vLLM: ITL = this step's engine timestamp - the request's last token's, i.e. the previous step's
+        # for every request that was in it; "jitter" draws each request's own (the worst case for us).
+        previous, now = now, now + rng.uniform(0.004, 0.03)
+        it.inter_token_latencies_iter = ([rng.uniform(0.004, 0.03) for _ in range(in_flight)] if kind == "jitter"
+                                         else [now - previous for _ in range(in_flight)])
         for _ in range(finishing):
             it.finished_requests.append(FinishedRequestStats(
                 finish_reason=FinishReason(rng.choice((0, 1))), request_id="r", e2e_latency=rng.uniform(0.5, 9),
@@ -87,7 +96,7 @@ def run_case(loggers: dict, kind: str, in_flight: int, n_steps: int, rounds: int
                 settle()
             results[name].append(cpu_ns(go))
     tokens = n_steps * in_flight
-    finished = n_steps * {"decode": 0, "many": in_flight, "one": 1}[kind]
+    finished = n_steps * FINISHING[kind](in_flight)
     out = {}
     for name, ns in results.items():
         ns.sort()
@@ -147,7 +156,7 @@ def main() -> None:
                                    add._otel.agg.settle),
     }
     report = {"steps_per_round": args.steps, "rounds": args.rounds, "cases": {}}
-    for kind, in_flight in (("decode", 64), ("decode", 256), ("many", 64), ("one", 64)):
+    for kind, in_flight in (("decode", 64), ("decode", 256), ("jitter", 256), ("many", 64), ("one", 64)):
         report["cases"][f"{kind}_{in_flight}"] = run_case(loggers, kind, in_flight, args.steps, args.rounds)
         print(f"case {kind}_{in_flight} done", file=sys.stderr)
 
@@ -176,6 +185,7 @@ def main() -> None:
     report["ratios_vllm_over_replace"] = {
         "per_token_decode_64": ratio("decode_64", "ns_per_token_median"),
         "per_token_decode_256": ratio("decode_256", "ns_per_token_median"),
+        "per_token_decode_256_jittered_itl": ratio("jitter_256", "ns_per_token_median"),
         "per_finished_many_64": ratio("many_64", "us_per_finished_median"),
         "per_finished_one_per_step_64": ratio("one_64", "us_per_finished_median"),
         "metrics_render": report["metrics_render_ms"]["vllm"]["median"]

@@ -43,9 +43,15 @@ OP_OTHER = len(OPERATIONS) - 1  # "_OTHER"
 NUM_REASONS = len(FinishReason)
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats.ALL_SOURCES
 # FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
-_FINISHED = attrgetter("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time",
-                       "decode_time", "num_preemptions", "num_prompt_tokens", "num_cached_tokens",
-                       "num_generation_tokens", "mean_time_per_output_token", "max_tokens_param")
+_FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time", "decode_time",
+                    "num_preemptions", "num_prompt_tokens", "num_cached_tokens", "num_generation_tokens",
+                    "mean_time_per_output_token", "max_tokens_param")
+_FINISHED = attrgetter(*_FINISHED_FIELDS)
+# IterationStats / PromptTokenStats fields read once per step.
+_ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_token_stats",
+                        "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
+                        "inter_token_latencies_iter", "finished_requests")
+_PROMPT = attrgetter("total", "computed", "local_cache_hit", "external_kv_transfer", "cached_tokens")
 _PER_REQUEST = (("gen_ai.server.request.duration", 1), ("otel_llm.request.queue.duration", 2),
                 ("otel_llm.request.prefill.duration", 3), ("otel_llm.request.inference.duration", 4),
                 ("otel_llm.request.decode.duration", 5), ("otel_llm.request.preemptions", 6),
@@ -220,40 +226,59 @@ class VllmStatsAggregator:
     @staticmethod
     def _iterations(e: EngineStats, its: list) -> None:
         m, h, x = e.metrics, e.metrics.histograms, e.extras
-        pts = [it.prompt_token_stats for it in its]
-        gen = [it.num_generation_tokens for it in its]
+        gen, preempted, pts, max_gen, n_params, ttft, itl, fins = zip(*map(_ITERATION, its))
+        total, computed, local_hit, external, cached = zip(*map(_PROMPT, pts))
         m.add("otel_llm.usage.generation_tokens", sum(gen))
-        m.add("otel_llm.usage.prompt_tokens", sum(p.total for p in pts))
-        m.add("otel_llm.scheduler.preemptions", sum(it.num_preempted_reqs for it in its))
-        computed = [p.computed for p in pts]
-        for i, vals in enumerate((computed, [p.local_cache_hit for p in pts], [p.external_kv_transfer for p in pts])):
+        m.add("otel_llm.usage.prompt_tokens", sum(total))
+        m.add("otel_llm.scheduler.preemptions", sum(preempted))
+        for i, vals in enumerate((computed, local_hit, external)):
             x.prompt_by_source[i] += sum(vals)
-        x.prompt_cached += sum(p.cached_tokens for p in pts)
+        x.prompt_cached += sum(cached)
         h["otel_llm.step.tokens"].record(np.add(computed, gen, dtype=np.float64))
-        for name, attr in (("otel_llm.request.max_generation_tokens", "max_num_generation_tokens_iter"),
-                           ("otel_llm.request.params.n", "n_params_iter"),
-                           ("gen_ai.server.time_to_first_token", "time_to_first_tokens_iter"),
-                           ("otel_llm.request.inter_token_latency", "inter_token_latencies_iter")):
-            vals = list(chain.from_iterable(getattr(it, attr) for it in its))
+        for name, lists in (("otel_llm.request.max_generation_tokens", max_gen),
+                            ("gen_ai.server.time_to_first_token", ttft)):
+            vals = list(chain.from_iterable(lists))
             if vals:
                 h[name].record(np.array(vals, np.float64), OP_OTHER)
-        fins = list(chain.from_iterable(it.finished_requests for it in its))
+        _record_runs(h["otel_llm.request.params.n"], n_params)  # almost always all 1
+        _record_runs(h["otel_llm.request.inter_token_latency"], itl)
+        fins = list(chain.from_iterable(fins))
         if fins:
             _finished(e, fins)
 
 
+def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
+    """Per-step lists whose values are mostly all equal within a step: such a step costs one comparison
+    per value and adds one (value, count) pair; other steps' values go in as they are. (A step's ITLs
+    are one engine timestamp minus each request's previous one: in steady decode, all the same.)"""
+    same, counts, mixed = [], [], []
+    for vals in per_step:
+        if vals:
+            n = len(vals)
+            if vals.count(vals[0]) == n:
+                same.append(vals[0])
+                counts.append(n)
+            else:
+                mixed += vals
+    if same:
+        h.record_weighted(np.array(same, np.float64), np.array(counts, np.float64), OP_OTHER)
+    if mixed:
+        h.record(np.array(mixed, np.float64), OP_OTHER)
+
+
 def _finished(e: EngineStats, fins: list) -> None:
     h = e.metrics.histograms
-    rows = [_FINISHED(f) for f in fins]
-    max_tokens = np.array([r[-1] or 0 for r in rows], np.float64)  # vLLM observes it only when set
-    a = np.array([r[:-1] for r in rows], np.float64).T
+    # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
+    width = len(_FINISHED_FIELDS)
+    a = np.fromiter(chain.from_iterable(map(_FINISHED, fins)), np.float64, len(fins) * width).reshape(-1, width).T
     reason = a[0].astype(np.int64)
     reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
-    e.metrics.add_many("otel_llm.request.finished", OP_OTHER * NUM_REASONS + reason)
+    by_reason = OP_OTHER * NUM_REASONS + reason
+    e.metrics.add_many("otel_llm.request.finished", by_reason)
     for name, col in _PER_REQUEST:
-        h[name].record(a[col], OP_OTHER * NUM_REASONS + reason if name == "gen_ai.server.request.duration" else OP_OTHER)
+        h[name].record(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
     e.extras.prefill_kv_computed.record(a[7] - np.maximum(a[8], 0))
-    set_mt = max_tokens != 0
+    max_tokens = a[11]
+    set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
     if set_mt.any():
         h["otel_llm.request.params.max_tokens"].record(max_tokens[set_mt], OP_OTHER)
-

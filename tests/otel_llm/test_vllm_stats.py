@@ -18,13 +18,21 @@ def finished(rng, reason):
               mean_time_per_output_token=rng.uniform(0, 0.2), max_tokens_param=[None, 0, 64][reason % 3])
 
 
+def itls(rng):
+    """A step's ITLs: all equal (steady decode: one timestamp difference, separate float objects) or not."""
+    n = int(rng.integers(0, 64))
+    if rng.integers(0, 2):
+        return [float(v) for v in np.full(n, rng.uniform(0, 0.1))]
+    return [float(v) for v in rng.uniform(0, 0.1, n)]
+
+
 def step(rng, n_fin):
     pts = NS(total=int(rng.integers(0, 50)), computed=int(rng.integers(0, 50)), local_cache_hit=3,
              external_kv_transfer=0, cached_tokens=3)
     return NS(num_generation_tokens=int(rng.integers(0, 64)), prompt_token_stats=pts, num_preempted_reqs=1,
               time_to_first_tokens_iter=list(rng.uniform(0, 1, int(rng.integers(0, 3)))),
-              inter_token_latencies_iter=list(rng.uniform(0, 0.1, int(rng.integers(0, 64)))),
-              max_num_generation_tokens_iter=[5] * n_fin, n_params_iter=[1] * n_fin,
+              inter_token_latencies_iter=itls(rng), max_num_generation_tokens_iter=[5] * n_fin,
+              n_params_iter=[1] * n_fin if rng.integers(0, 2) else [int(n) for n in rng.integers(1, 3, n_fin)],
               finished_requests=[finished(rng, int(rng.integers(0, 5))) for _ in range(n_fin)])
 
 
@@ -45,6 +53,10 @@ def test_aggregates_equal_a_direct_computation():
     assert h.counts.sum() == len(itl) and h.sums.sum() == pytest.approx(itl.sum())
     want = np.bincount(np.searchsorted(h.bounds, itl, side="left"), minlength=h.counts.shape[1])
     assert (h.counts.sum(axis=0) == want).all()
+    assert (h.mins.min(), h.maxs.max()) == (itl.min(), itl.max())
+    n = np.concatenate([s.n_params_iter for s in steps])
+    hn = snap.histograms["otel_llm.request.params.n"]
+    assert (hn.counts.sum(axis=0) == np.bincount(np.searchsorted(hn.bounds, n), minlength=len(hn.bounds) + 1)).all()
     fins = [f for s in steps for f in s.finished_requests]
     e2e = snap.histograms["gen_ai.server.request.duration"]
     assert e2e.counts.sum() == len(fins) and e2e.sums.sum() == pytest.approx(sum(f.e2e_latency for f in fins))
