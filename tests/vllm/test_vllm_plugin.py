@@ -4,11 +4,14 @@ One vLLM in `add` mode pushes OTLP into `otel-llm collector` while vLLM's own
 logger serves `/metrics`: after a mixed load the collector's totals equal
 vLLM's. One vLLM in `replace` mode, its OTLP endpoint hanging, serves the same
 `vllm:*` families with the same counts for the same deterministic load, answers
-the same, as fast, and shuts down promptly.
+the same, as fast, and shuts down promptly. One vLLM with two API servers pushes
+deltas from both: the collector's sums equal vLLM's multiprocess `/metrics`,
+scheduler gauges come from one process. A bad variable stops vLLM at start-up.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import socket
 import statistics
@@ -103,13 +106,9 @@ def wait_idle(url: str, timeout: float = 30.0) -> str:
 
 @pytest.fixture(scope="module")
 def add_run(model_dir):
-    http_port, prom_port = free_port(), free_port()
-    collector = subprocess.Popen(
-        [sys.executable, "-m", "server", "collector", "--otlp-http-port", str(http_port),
-         "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    collector, http_port, prom_port = start_collector()
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{http_port}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
-           "OTEL_LLM_VLLM_METRICS": None, "VLLM_PLUGINS": None}
+           "OTEL_LLM_VLLM_METRICS": None, "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1"}
     try:
         with VllmServer(model_dir, env=env) as server:
             answers, latencies = deterministic_load(server.url)
@@ -117,15 +116,7 @@ def add_run(model_dir):
             hostile_load(server.url)
             time.sleep(1.0)
             vllm_text = wait_idle(server.url)
-            collector_url = f"http://127.0.0.1:{prom_port}/metrics"
-            want = samples(vllm_text)
-            deadline = time.time() + 20
-            while True:  # the push runs every 500 ms
-                got = samples(httpx.get(collector_url).text)
-                key = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", MODEL)))
-                if got.get(key) == want[key] or time.time() > deadline:
-                    break
-                time.sleep(0.3)
+            got = collector_caught_up(prom_port, samples(vllm_text))
             yield {"answers": answers, "latencies": latencies, "deterministic": after_deterministic,
                    "vllm": vllm_text, "collector": got, "log": server.log_text()}
     finally:
@@ -133,15 +124,41 @@ def add_run(model_dir):
         collector.wait(10)
 
 
+def start_collector() -> tuple[subprocess.Popen, int, int]:
+    """`otel-llm collector` (as `python -m server collector`): (process, OTLP/HTTP port, Prometheus port)."""
+    http_port, prom_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server", "collector", "--otlp-http-port", str(http_port),
+         "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    return proc, http_port, prom_port
+
+
+def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict:
+    """The collector's samples (summed over senders) once its generated-token total reaches vLLM's."""
+    key = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", MODEL)))
+    deadline = time.time() + timeout
+    while True:  # the push runs every 500 ms
+        got = samples(httpx.get(f"http://127.0.0.1:{prom_port}/metrics").text)
+        if got.get(key) == want[key] or time.time() > deadline:
+            return got
+        time.sleep(0.3)
+
+
 def test_vllm_lists_and_loads_the_plugin(add_run):
     log = add_run["log"]
     assert "otel_llm -> otel_llm.vllm_plugin:StatLogger" in log
     assert "otel-llm stat logger (add mode, API server 0 of 1): OTLP push (cumulative)" in log
     assert "Traceback" not in log
+    assert "Avg prompt throughput" in log  # vLLM's periodic log line stays (VLLM_LOG_STATS_INTERVAL=1 here)
 
 
 def test_otlp_export_equals_vllms_own_metrics(add_run):
-    want, got = samples(add_run["vllm"]), add_run["collector"]
+    assert_totals_equal(samples(add_run["vllm"]), add_run["collector"])
+
+
+def assert_totals_equal(want: dict, got: dict) -> None:
+    """Request counts by reason, token and cache counters, every histogram's buckets, count and sum."""
     base = (("engine", "0"), ("model_name", MODEL))
     success = {k[1]: v for k, v in want.items() if k[0] == "vllm:request_success_total"}
     assert sum(success.values()) >= 10  # the load finished (the aborted stream is not counted by vLLM)
@@ -238,3 +255,62 @@ def test_a_hung_otlp_endpoint_changes_neither_answers_nor_latency_nor_shutdown(a
     slow, fast = statistics.median(replace_run["latencies"]), statistics.median(add_run["latencies"])
     assert slow <= 1.5 * fast + 0.05, (replace_run["latencies"], add_run["latencies"])
     assert replace_run["stop_s"] < 15, replace_run["stop_s"]
+
+
+def spread_load(url: str, n: int = 32) -> None:
+    """Requests on fresh connections from 6 threads (the kernel spreads connections over API servers)."""
+    def one(i):
+        with httpx.Client() as http:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, http_client=http)
+            if i % 4 == 3:
+                return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": f"s{i}"}], max_tokens=6, stream=True,
+                    temperature=0) if c.choices)
+            return client.completions.create(model=MODEL, prompt=f"the dog {i}", max_tokens=4 + i % 5,
+                                             temperature=0).choices[0].text
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        assert len(list(pool.map(one, range(n)))) == n
+
+
+@pytest.fixture(scope="module")
+def two_servers_run(model_dir):
+    collector, http_port, prom_port = start_collector()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{http_port}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
+           "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta", "OTEL_LLM_VLLM_METRICS": None,
+           "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1"}
+    try:
+        with VllmServer(model_dir, env=env, args=["--api-server-count", "2"]) as server:
+            spread_load(server.url)
+            vllm_text = wait_idle(server.url)
+            got = collector_caught_up(prom_port, samples(vllm_text))
+            per_sender = httpx.get(f"http://127.0.0.1:{prom_port}/metrics").text
+            return {"vllm": vllm_text, "collector": got, "per_sender": per_sender, "log": server.log_text()}
+    finally:
+        collector.terminate()
+        collector.wait(10)
+
+
+def test_two_api_servers_push_their_shares_and_the_collector_sums_them_exactly(two_servers_run):
+    log = two_servers_run["log"]
+    for rank in (0, 1):
+        assert f"otel-llm stat logger (add mode, API server {rank} of 2): OTLP push (delta)" in log
+    assert "Traceback" not in log
+    # vLLM's own behaviour, documented: no periodic log line with several API servers
+    assert "disabling stats logging" in log and "Avg prompt throughput" not in log
+    assert_totals_equal(samples(two_servers_run["vllm"]), two_servers_run["collector"])
+    served, running = {}, []
+    for fam in text_string_to_metric_families(two_servers_run["per_sender"]):
+        for s in fam.samples:
+            if s.name == "vllm:request_success_total":
+                served[s.labels["instance"]] = served.get(s.labels["instance"], 0) + s.value
+            elif s.name == "vllm:num_requests_running":
+                running.append(s.labels["instance"])
+    assert len(served) == 2 and all(v > 0 for v in served.values()), served  # each process its own share
+    assert len(running) == 1  # scheduler gauges from API server 0 alone, never summed twice
+
+
+def test_a_bad_variable_stops_vllm_at_start_up_naming_it(model_dir):
+    server = VllmServer(model_dir, env={"OTEL_LLM_VLLM_METRICS": "sideways", "VLLM_PLUGINS": None})
+    with pytest.raises(RuntimeError, match="exited with"):
+        server.start(timeout=180)
+    assert "OTEL_LLM_VLLM_METRICS='sideways' is not one of add, replace" in server.log_text()
