@@ -93,8 +93,7 @@ class HistogramState:
                                            minlength=self.counts.shape[1]).astype(np.int64)
         self.sums[series] += float((v * weights).sum())  # not np.dot: BLAS may wake its thread pool
         if self.minmax and len(v):
-            self.mins[series] = min(self.mins[series], v.min())
-            self.maxs[series] = max(self.maxs[series], v.max())
+            self._widen(series, v.min(), v.max())
 
     def _record_large(self, values, series, trace) -> None:
         self.flush()
@@ -148,8 +147,7 @@ class HistogramState:
         counts[-1] += len(s) - upto[-1]
         self.sums[series] += s.sum()
         if self.minmax:
-            self.mins[series] = min(self.mins[series], s[0])
-            self.maxs[series] = max(self.maxs[series], s[-1])
+            self._widen(series, s[0], s[-1])
 
     def _flush_repeated(self) -> None:
         for (series, bucket), (count, total, lo, hi) in self._rep.items():
@@ -159,16 +157,18 @@ class HistogramState:
             self.counts[series, bucket] += count
             self.sums[series] += total
             if self.minmax:
-                self.mins[series] = min(self.mins[series], lo)
-                self.maxs[series] = max(self.maxs[series], hi)
+                self._widen(series, lo, hi)
         self._rep.clear()
 
     def _minmax(self, vals: np.ndarray, series: np.ndarray) -> None:
         present = np.flatnonzero(np.bincount(series, minlength=self.num_series))
         for p in present.tolist():  # a handful of series at most
             v = vals if len(present) == 1 else vals[series == p]
-            self.mins[p] = min(self.mins[p], v.min())
-            self.maxs[p] = max(self.maxs[p], v.max())
+            self._widen(p, v.min(), v.max())
+
+    def _widen(self, series: int, lo: float, hi: float) -> None:
+        self.mins[series] = min(self.mins[series], lo)
+        self.maxs[series] = max(self.maxs[series], hi)
 
     @property
     def total_counts(self) -> np.ndarray:

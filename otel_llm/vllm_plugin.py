@@ -260,19 +260,20 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
         residency, LoRA, KV fetch stages, NaN and watermark counts): vLLM's own code, on the shims."""
         always = bool(self.gauge_kv_fetch_by_stage) or self.gauge_lora_info is not None \
             or self.kv_cache_metrics_enabled
+        corrupted = getattr(self, "counter_corrupted_requests", None)  # declared only with those options
+        watermark = getattr(self, "counter_watermark_requests", None)
         for _, sched, it, _ in steps:
             if sched is not None and (always or sched.spec_decoding_stats is not None
                                       or sched.kv_connector_stats is not None
                                       or sched.ec_connector_stats is not None or sched.perf_stats is not None):
                 PrometheusStatLogger.record(self, sched, None, None, engine_idx)
             if it is not None:
-                if hasattr(self, "counter_corrupted_requests"):
-                    self.counter_corrupted_requests[engine_idx].inc(it.num_corrupted_reqs)
-                if hasattr(self, "counter_watermark_requests"):
-                    w = self.counter_watermark_requests
-                    w["watermarked"][engine_idx].inc(it.num_watermarked_reqs)
-                    w["skipped"][engine_idx].inc(it.num_watermark_skipped_reqs)
-                    w["not_watermarked"][engine_idx].inc(it.num_not_watermarked_reqs)
+                if corrupted is not None:
+                    corrupted[engine_idx].inc(it.num_corrupted_reqs)
+                if watermark is not None:
+                    watermark["watermarked"][engine_idx].inc(it.num_watermarked_reqs)
+                    watermark["skipped"][engine_idx].inc(it.num_watermark_skipped_reqs)
+                    watermark["not_watermarked"][engine_idx].inc(it.num_not_watermarked_reqs)
 
 
 def _engine(fam, agg, child):

@@ -52,11 +52,15 @@ _ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_t
                         "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
                         "inter_token_latencies_iter", "finished_requests")
 _PROMPT = attrgetter("total", "computed", "local_cache_hit", "external_kv_transfer", "cached_tokens")
-_PER_REQUEST = (("gen_ai.server.request.duration", 1), ("otel_llm.request.queue.duration", 2),
-                ("otel_llm.request.prefill.duration", 3), ("otel_llm.request.inference.duration", 4),
-                ("otel_llm.request.decode.duration", 5), ("otel_llm.request.preemptions", 6),
-                ("otel_llm.request.prompt_tokens", 7), ("otel_llm.request.generation_tokens", 9),
-                ("gen_ai.server.time_per_output_token", 10))
+_COLUMN = {name: i for i, name in enumerate(_FINISHED_FIELDS)}
+# canonical histogram <- its FinishedRequestStats column
+_PER_REQUEST = tuple((inst, _COLUMN[f]) for inst, f in (
+    ("gen_ai.server.request.duration", "e2e_latency"), ("otel_llm.request.queue.duration", "queued_time"),
+    ("otel_llm.request.prefill.duration", "prefill_time"), ("otel_llm.request.inference.duration", "inference_time"),
+    ("otel_llm.request.decode.duration", "decode_time"), ("otel_llm.request.preemptions", "num_preemptions"),
+    ("otel_llm.request.prompt_tokens", "num_prompt_tokens"),
+    ("otel_llm.request.generation_tokens", "num_generation_tokens"),
+    ("gen_ai.server.time_per_output_token", "mean_time_per_output_token")))
 
 
 @dataclass
@@ -271,14 +275,15 @@ def _finished(e: EngineStats, fins: list) -> None:
     # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
     width = len(_FINISHED_FIELDS)
     a = np.fromiter(chain.from_iterable(map(_FINISHED, fins)), np.float64, len(fins) * width).reshape(-1, width).T
-    reason = a[0].astype(np.int64)
+    reason = a[_COLUMN["finish_reason"]].astype(np.int64)
     reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
     by_reason = OP_OTHER * NUM_REASONS + reason
     e.metrics.add_many("otel_llm.request.finished", by_reason)
     for name, col in _PER_REQUEST:
         h[name].record(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
-    e.extras.prefill_kv_computed.record(a[7] - np.maximum(a[8], 0))
-    max_tokens = a[11]
+    prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
+    e.extras.prefill_kv_computed.record(prompt - np.maximum(cached, 0))
+    max_tokens = a[_COLUMN["max_tokens_param"]]
     set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
     if set_mt.any():
         h["otel_llm.request.params.max_tokens"].record(max_tokens[set_mt], OP_OTHER)
