@@ -80,7 +80,8 @@ def _env_positive_number(var: str) -> None:
 class _OtelSide:
     """What both modes share: the aggregator and the OTLP push of one API-server process."""
 
-    def __init__(self, vllm_config, engine_indexes, extra_buckets=None):
+    def __init__(self, vllm_config, engine_indexes, extra_buckets=None, vllm_families=False):
+        """`vllm_families`: also aggregate what only vLLM's own families show (we serve them)."""
         self.mode = _env_choice(MODE_VAR, MODES, "add")
         exporter = _env_choice("OTEL_METRICS_EXPORTER", ("otlp", "none"), "otlp")
         temporality = _env_choice("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", TEMPORALITIES, "cumulative")
@@ -93,7 +94,8 @@ class _OtelSide:
         self.rank = getattr(parallel, "_api_process_rank", 0)
         self.api_servers = getattr(parallel, "_api_process_count", 1)
         self.agg = VllmStatsAggregator(str(model.served_model_name), model.max_model_len, engine_indexes or [0],
-                                       extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0)
+                                       extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
+                                       vllm_families=vllm_families)
         self.reader = None
         if exporter == "otlp":
             self._start_push(temporality)
@@ -156,7 +158,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             self._declare_on_shims()
         super().__init__(vllm_config, engine_indexes)
         buckets = {} if self.multiprocess else self._custom_buckets()
-        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets)
+        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets, vllm_families=not self.multiprocess)
         if self.multiprocess:
             logger.warning("otel-llm: %s=replace needs one API server; with several, vLLM's multiprocess "
                            "Prometheus path is kept and otel-llm pushes OTLP alongside", MODE_VAR)

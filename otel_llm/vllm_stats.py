@@ -42,11 +42,12 @@ logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" lo
 OP_OTHER = len(OPERATIONS) - 1  # "_OTHER"
 NUM_REASONS = len(FinishReason)
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats.ALL_SOURCES
-# FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
+# FinishedRequestStats fields, one row per request: reason, then vLLM's observation order; the last one
+# feeds only a vLLM family (vllm:request_prefill_kv_computed_tokens), so only `replace` mode reads it.
 _FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time", "decode_time",
-                    "num_preemptions", "num_prompt_tokens", "num_cached_tokens", "num_generation_tokens",
-                    "mean_time_per_output_token", "max_tokens_param")
-_FINISHED = attrgetter(*_FINISHED_FIELDS)
+                    "num_preemptions", "num_prompt_tokens", "num_generation_tokens", "mean_time_per_output_token",
+                    "max_tokens_param", "num_cached_tokens")
+_FINISHED = {True: attrgetter(*_FINISHED_FIELDS), False: attrgetter(*_FINISHED_FIELDS[:-1])}  # by vllm_families
 # IterationStats / PromptTokenStats fields read once per step.
 _ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_token_stats",
                         "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
@@ -111,11 +112,13 @@ class VllmStatsAggregator:
 
     def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
                  extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
-                 scheduler_gauges: bool = True) -> None:
+                 scheduler_gauges: bool = True, vllm_families: bool = True) -> None:
         """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
         so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
-        KV-usage gauges unset (another process exports them). `on_steps(engine_idx, steps)`, if set,
-        also sees every folded step (under the lock)."""
+        KV-usage gauges unset (another process exports them). `vllm_families=False`: keep only the
+        canonical instruments, not the `Extras` that only vLLM's own families show (`add` mode, where
+        vLLM's logger serves those). `on_steps(engine_idx, steps)`, if set, also sees every folded step
+        (under the lock)."""
         table = instrument_table(max_model_len)
         for name, bounds in (extra_buckets or {}).items():
             inst = table[name]
@@ -124,7 +127,7 @@ class VllmStatsAggregator:
         self.table = table
         self._model, self._provider, self._max_len = model_name, provider_name, max_model_len
         self._lock = threading.Lock()
-        self.scheduler_gauges = scheduler_gauges
+        self.scheduler_gauges, self.vllm_families = scheduler_gauges, vllm_families
         self.on_steps = None
         self._pending: collections.deque = collections.deque()
         self.flush_every = flush_every
@@ -196,27 +199,28 @@ class VllmStatsAggregator:
     def _fold(self, e: EngineStats, steps: list) -> None:
         scheds = [s[1] for s in steps if s[1] is not None]
         if scheds:
-            self._scheduler(e, scheds, self.scheduler_gauges)
+            self._scheduler(e, scheds)
         mm = [s[3] for s in steps if s[3] is not None]
-        if mm:
+        if mm and self.vllm_families:
             e.extras.mm_queries += sum(m.queries for m in mm)
             e.extras.mm_hits += sum(m.hits for m in mm)
         its = [s[2] for s in steps if s[2] is not None]
         if its:
             self._iterations(e, its)
 
-    @staticmethod
-    def _scheduler(e: EngineStats, scheds: list, gauges: bool) -> None:
+    def _scheduler(self, e: EngineStats, scheds: list) -> None:
         m, x, last = e.metrics, e.extras, scheds[-1]
-        if gauges:
+        if self.scheduler_gauges:
             m.gauges["otel_llm.scheduler.running"] = last.num_running_reqs
             m.gauges["otel_llm.scheduler.waiting"] = last.num_waiting_reqs + last.num_skipped_waiting_reqs
             m.gauges["otel_llm.kv_cache.usage"] = last.kv_cache_usage
-        x.waiting_capacity, x.waiting_deferred = last.num_waiting_reqs, last.num_skipped_waiting_reqs
         pcs = [s.prefix_cache_stats for s in scheds]
         hits = sum(p.hits for p in pcs)
         m.add("otel_llm.prefix_cache.queries", sum(p.queries for p in pcs))
         m.add("otel_llm.prefix_cache.hits", hits)
+        if not self.vllm_families:
+            return
+        x.waiting_capacity, x.waiting_deferred = last.num_waiting_reqs, last.num_skipped_waiting_reqs
         x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
         for s in scheds:
             c = s.connector_prefix_cache_stats
@@ -227,28 +231,28 @@ class VllmStatsAggregator:
                     key = getattr(tier, "value", str(tier))
                     x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
 
-    @staticmethod
-    def _iterations(e: EngineStats, its: list) -> None:
+    def _iterations(self, e: EngineStats, its: list) -> None:
         m, h, x = e.metrics, e.metrics.histograms, e.extras
         gen, preempted, pts, max_gen, n_params, ttft, itl, fins = zip(*map(_ITERATION, its))
         total, computed, local_hit, external, cached = zip(*map(_PROMPT, pts))
         m.add("otel_llm.usage.generation_tokens", sum(gen))
         m.add("otel_llm.usage.prompt_tokens", sum(total))
         m.add("otel_llm.scheduler.preemptions", sum(preempted))
-        for i, vals in enumerate((computed, local_hit, external)):
-            x.prompt_by_source[i] += sum(vals)
-        x.prompt_cached += sum(cached)
-        h["otel_llm.step.tokens"].record(np.add(computed, gen, dtype=np.float64))
+        if self.vllm_families:
+            for i, vals in enumerate((computed, local_hit, external)):
+                x.prompt_by_source[i] += sum(vals)
+            x.prompt_cached += sum(cached)
+        h["otel_llm.step.tokens"].fold(np.add(computed, gen, dtype=np.float64))
         for name, lists in (("otel_llm.request.max_generation_tokens", max_gen),
                             ("gen_ai.server.time_to_first_token", ttft)):
             vals = list(chain.from_iterable(lists))
             if vals:
-                h[name].record(np.array(vals, np.float64), OP_OTHER)
+                h[name].fold(np.array(vals, np.float64), OP_OTHER)
         _record_runs(h["otel_llm.request.params.n"], n_params)  # almost always all 1
         _record_runs(h["otel_llm.request.inter_token_latency"], itl)
         fins = list(chain.from_iterable(fins))
         if fins:
-            _finished(e, fins)
+            _finished(e, fins, self.vllm_families)
 
 
 def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
@@ -267,23 +271,25 @@ def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
     if same:
         h.record_weighted(np.array(same, np.float64), np.array(counts, np.float64), OP_OTHER)
     if mixed:
-        h.record(np.array(mixed, np.float64), OP_OTHER)
+        h.fold(np.array(mixed, np.float64), OP_OTHER)
 
 
-def _finished(e: EngineStats, fins: list) -> None:
+def _finished(e: EngineStats, fins: list, vllm_families: bool) -> None:
     h = e.metrics.histograms
     # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
-    width = len(_FINISHED_FIELDS)
-    a = np.fromiter(chain.from_iterable(map(_FINISHED, fins)), np.float64, len(fins) * width).reshape(-1, width).T
+    width = len(_FINISHED_FIELDS) - (not vllm_families)
+    a = np.fromiter(chain.from_iterable(map(_FINISHED[vllm_families], fins)), np.float64,
+                    len(fins) * width).reshape(-1, width).T
     reason = a[_COLUMN["finish_reason"]].astype(np.int64)
     reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
     by_reason = OP_OTHER * NUM_REASONS + reason
     e.metrics.add_many("otel_llm.request.finished", by_reason)
     for name, col in _PER_REQUEST:
-        h[name].record(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
-    prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
-    e.extras.prefill_kv_computed.record(prompt - np.maximum(cached, 0))
+        h[name].fold(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
+    if vllm_families:
+        prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
+        e.extras.prefill_kv_computed.fold(prompt - np.maximum(cached, 0))
     max_tokens = a[_COLUMN["max_tokens_param"]]
     set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
     if set_mt.any():
-        h["otel_llm.request.params.max_tokens"].record(max_tokens[set_mt], OP_OTHER)
+        h["otel_llm.request.params.max_tokens"].fold(max_tokens[set_mt], OP_OTHER)

@@ -48,11 +48,31 @@ def test_one_series_of_many_uses_that_series_and_mixed_series_split():
         assert h2.sums[s] == pytest.approx(v[series == s].sum())
 
 
-def test_out_of_range_series_are_dropped_and_counted():
+@pytest.mark.parametrize("series", [2, "one of three", "two of three", "all three"])
+def test_a_batch_folded_now_equals_one_recorded_and_flushed(series):
+    v = values(3000, seed=2)
+    s = {"one of three": np.full(3000, 1), "two of three": np.arange(3000) % 2,
+         "all three": np.arange(3000) % 3}.get(series, series)
+    folded, buffered = HistogramState(BOUNDS, num_series=3, scale=2.0), HistogramState(BOUNDS, num_series=3, scale=2.0)
+    folded.fold(v, s)
+    buffered.record(v, s)
+    buffered.flush()
+    assert folded.counts.tolist() == buffered.counts.tolist() and folded.counts.sum() == 3000
+    assert folded.sums == pytest.approx(buffered.sums)
+    assert folded.mins.tolist() == buffered.mins.tolist() and folded.maxs.tolist() == buffered.maxs.tolist()
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_out_of_range_series_are_dropped_and_counted(fold):
     h = HistogramState(BOUNDS, num_series=2)
-    h.record(np.array([0.2, 0.3, 0.4]), np.array([0, 5, 5]))
-    h.flush()
-    assert h.counts.sum() == 1 and h.dropped == 2
+    if fold:
+        h.fold(np.array([0.2, 0.3, 0.4]), np.array([0, 5, 5]))
+        h.fold(np.array([0.2]), 2)
+        h.fold(np.array([]), np.array([], np.int64))
+    else:
+        h.record(np.array([0.2, 0.3, 0.4, 0.2]), np.array([0, 5, 5, 2]))
+        h.flush()
+    assert h.counts.sum() == 1 and h.dropped == 3
 
 
 def test_repeated_values_equal_recording_them_one_by_one():

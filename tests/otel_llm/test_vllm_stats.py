@@ -41,9 +41,10 @@ def sched(running):
               prefix_cache_stats=NS(queries=10, hits=4), connector_prefix_cache_stats=None)
 
 
-def test_aggregates_equal_a_direct_computation():
+@pytest.mark.parametrize("vllm_families", [True, False], ids=["replace", "add"])
+def test_aggregates_equal_a_direct_computation(vllm_families):
     rng = np.random.default_rng(3)
-    agg = VllmStatsAggregator("m", 1024, flush_every=7)
+    agg = VllmStatsAggregator("m", 1024, flush_every=7, vllm_families=vllm_families)
     steps = [step(rng, int(rng.integers(0, 4))) for _ in range(100)]
     for i, it in enumerate(steps):
         agg.record(sched(i), it, None, 0)
@@ -69,7 +70,15 @@ def test_aggregates_equal_a_direct_computation():
     assert snap.gauges["otel_llm.scheduler.running"] == 99 and snap.gauges["otel_llm.scheduler.waiting"] == 3
     assert snap.histograms["otel_llm.step.tokens"].counts.sum() == 100
     x = agg.engines[0].extras
-    assert x.prompt_by_source[1] == 300 and x.prompt_cached == 300 and x.waiting_deferred == 1
+    kv = x.prefill_kv_computed
+    kv.flush()
+    if vllm_families:  # what only vLLM's own families show, kept for `replace` mode
+        assert x.prompt_by_source[1] == 300 and x.prompt_cached == 300 and x.waiting_deferred == 1
+        assert x.cached_by_source == {"device": 400}
+        assert kv.sums.sum() == sum(f.num_prompt_tokens - f.num_cached_tokens for f in fins)
+    else:  # `add` mode: vLLM's logger serves those; nothing spent on them
+        assert x.prompt_by_source == [0, 0, 0] and x.prompt_cached == 0 and x.waiting_deferred == 0
+        assert x.cached_by_source == {} and kv.counts.sum() == 0
 
 
 def test_garbage_is_counted_never_raised_and_the_queue_is_bounded():
