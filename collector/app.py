@@ -58,6 +58,7 @@ class CollectorConfig:
     tail_sampling: TailSamplingConfig | None = None  # None: every span goes to every backend
     trace_store: TraceStoreConfig | None = None  # keep traces in SQLite, served by Jaeger's query API
     jaeger_port: int = 16686  # the query API's port, with trace_store (0 = any free port)
+    phase_spans: bool = True  # derive queue/prefill/decode spans for vLLM's latency-only request spans
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
@@ -90,7 +91,7 @@ class Collector:
                                                                            config.jaeger_port)
         writers = [] if self.trace_store is None else [TraceStoreWriter(self.trace_store)]
         self.traces = TracePipeline([*(TraceExporter(c) for c in config.trace_exporter_configs()), *writers],
-                                    config.tail_sampling)
+                                    config.tail_sampling, config.phase_spans)
         data_types = ("metrics", "traces") if self.traces.exporters else ("metrics",)
         signals = frozenset(Signal(d) for d in data_types)
         self.telemetry = SelfTelemetry(self.store.num_series, data_types)

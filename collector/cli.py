@@ -110,6 +110,10 @@ def add_parser(sub) -> None:
     p.add_argument("--storage-dir", metavar="DIR",
                    help="keep each trace backend's queue in a SQLite file here (up to 4 GiB each): spans the "
                         "collector acknowledged reach their backends after a crash or restart")
+    p.add_argument("--no-phase-spans", dest="phase_spans", action="store_false",
+                   help="pass vLLM's llm_request spans on as they come: by default each gets derived queue, "
+                        "prefill and decode child spans and a first_token event from its gen_ai.latency.* "
+                        "attributes (marked otel_llm.derived; the originals unchanged)")
     store = p.add_argument_group("trace store: traces kept on this host, served by Jaeger's query API")
     store.add_argument("--trace-store", metavar="DIR",
                        help="keep traces in a SQLite file in DIR and serve Jaeger's HTTP query API on --jaeger-port "
@@ -161,7 +165,7 @@ def config_from_args(args: argparse.Namespace):
         traces_to=tuple(args.traces_to), storage_dir=args.storage_dir, tail_sampling=sampling,
         trace_store=None if args.trace_store is None else TraceStoreConfig(
             args.trace_store, retention_s=args.trace_retention, max_bytes=args.trace_store_max_mib * 1024 * 1024),
-        jaeger_port=args.jaeger_port,
+        jaeger_port=args.jaeger_port, phase_spans=args.phase_spans,
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )

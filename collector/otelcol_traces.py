@@ -123,7 +123,9 @@ def header_lines(config: dict) -> list[str]:
         return []
     lines = ["",
              "Traces: the same backends; what differs from `otel-llm collector`:",
-             "- no trace store on this host (--trace-store, Jaeger's query API): query the backend."]
+             "- no trace store on this host (--trace-store, Jaeger's query API): query the backend.",
+             "- no phase spans: vLLM's llm_request spans go on without derived queue/prefill/decode children",
+             "  (no contrib processor creates spans); send them through `otel-llm collector` for those."]
     if FILE_STORAGE in config.get("extensions", {}):
         lines += ["- the persistent queue (file_storage; the directory must exist) holds sending_queue.queue_size",
                   f"  (1000) requests per backend; ours up to {DISK_QUEUE.queue_size:,} requests / "

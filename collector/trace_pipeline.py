@@ -1,5 +1,7 @@
-"""The collector's traces pipeline: each received ExportTraceServiceRequest, checked once, through
-the tail sampler when it is on, to every trace backend's exporter and the trace store.
+"""The collector's traces pipeline: each received ExportTraceServiceRequest, checked once, given
+phase spans where an engine's request span only reports latencies (vLLM's `llm_request`, see
+`phase_spans`; on unless turned off), through the tail sampler when it is on, to every trace
+backend's exporter and the trace store.
 
 Without sampling a request is parsed in full once (so a malformed one answers 400 /
 INVALID_ARGUMENT at the receiver instead of failing at a backend later, merged with good ones),
@@ -23,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from collector.exposition import SelfFamily
 from collector.otlp_codec import PayloadError
 from collector.otlp_traces_wire import TracesRequest
+from collector.phase_spans import PhaseSpans
 from collector.tail_sampler import TailSampler, TailSamplingConfig
 from collector.trace_exporter import TraceExporter
 from collector.trace_store_writer import TraceStoreWriter
@@ -32,14 +35,17 @@ from otel_llm.instruments import Kind
 
 class TracePipeline:
     def __init__(self, exporters: Sequence[TraceExporter | TraceStoreWriter],
-                 sampling: TailSamplingConfig | None = None) -> None:
+                 sampling: TailSamplingConfig | None = None, phase_spans: bool = True) -> None:
         self.exporters = tuple(exporters)
         self.sampler = None if sampling is None else TailSampler(sampling, self._export)
+        self.phase_spans = PhaseSpans() if phase_spans else None
 
     def consume(self, payload: bytes) -> int:
         """Take one request; returns its number of spans. Raises PayloadError(400) when it is not
         an ExportTraceServiceRequest."""
         try:
+            if self.phase_spans is not None:
+                payload = self.phase_spans.process(payload)
             if self.sampler is None:
                 request = ExportTraceServiceRequest.FromString(payload)
                 spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
@@ -70,11 +76,19 @@ class TracePipeline:
                 exporter.export(payload, spans)
 
     def families(self) -> list[SelfFamily]:
-        """The tail sampler's counters, for the collector's own /metrics."""
+        """The phase spans' and the tail sampler's counters, for the collector's own /metrics."""
+        out = []
+        if self.phase_spans is not None:
+            ps = self.phase_spans
+            out.append(SelfFamily(
+                "otel_llm_phase_spans_requests", Kind.COUNTER,
+                "Latency-only request spans (vLLM's llm_request) given derived queue/prefill/decode spans, or "
+                "skipped because their latencies were missing or unusable.",
+                tuple((label_text((("outcome", o),)), n) for o, n in (("derived", ps.derived), ("skipped", ps.skipped)))))
         if self.sampler is None:
-            return []
+            return out
         stats = self.sampler.stats()
-        return [
+        return out + [
             SelfFamily("otel_llm_tail_sampling_traces", Kind.COUNTER, "Traces decided, by decision and reason.",
                        tuple((label_text((("decision", d), ("reason", r))), n) for (d, r), n in sorted(stats.traces.items()))),
             SelfFamily("otel_llm_tail_sampling_spans", Kind.COUNTER, "Spans kept or dropped (late ones included).",

@@ -103,7 +103,9 @@ def test_tail_sampling_and_storage_flags():
     sampling = config.tail_sampling
     assert (sampling.ttft_above_s, sampling.e2e_above_s, sampling.queue_above_s) == (0.5, None, 5.0)
     assert (sampling.keep_fraction, sampling.decision_wait_s) == (0.25, 3.0)
-    assert config_from_args(build_parser().parse_args(["collector"])).tail_sampling is None
+    default = config_from_args(build_parser().parse_args(["collector"]))
+    assert default.tail_sampling is None and default.phase_spans is True
+    assert config_from_args(build_parser().parse_args(["collector", "--no-phase-spans"])).phase_spans is False
     store = config_from_args(build_parser().parse_args(
         ["collector", "--trace-store", "/tmp/t", "--trace-retention", "2h", "--trace-store-max-mib", "64"])).trace_store
     assert (store.directory, store.retention_s, store.max_bytes) == ("/tmp/t", 7200.0, 64 * 1024 * 1024)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import httpx
 import openai
@@ -31,6 +32,8 @@ from tests.vllm.harness import REPO, VllmServer, ensure_tiny_model, ensure_vllm_
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny"
+SERVICE = "vllm-tiny"
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
               "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
               "request_inference_time_seconds", "request_time_per_output_token_seconds", "request_prompt_tokens",
@@ -105,33 +108,41 @@ def wait_idle(url: str, timeout: float = 30.0) -> str:
 
 
 @pytest.fixture(scope="module")
-def add_run(model_dir):
-    collector, http_port, prom_port = start_collector()
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{http_port}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
-           "OTEL_LLM_VLLM_METRICS": None, "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1"}
+def add_run(model_dir, tmp_path_factory):
+    """vLLM in add mode pushing metrics to the collector, and its spans too (--otlp-traces-endpoint, gRPC),
+    which the collector keeps in its trace store (derived phase spans added) behind Jaeger's API."""
+    collector = start_collector("--trace-store", str(tmp_path_factory.mktemp("traces")))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
+           "OTEL_LLM_VLLM_METRICS": None, "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1",
+           "OTEL_SERVICE_NAME": SERVICE, "OTEL_BSP_SCHEDULE_DELAY": "200"}
     try:
-        with VllmServer(model_dir, env=env) as server:
+        with VllmServer(model_dir, env=env, args=["--otlp-traces-endpoint", f"http://127.0.0.1:{collector.grpc}"]
+                        ) as server:
             answers, latencies = deterministic_load(server.url)
             after_deterministic = wait_idle(server.url)
+            openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0).completions.create(
+                model=MODEL, prompt="traced", max_tokens=5, extra_headers={"traceparent": TRACEPARENT})
             hostile_load(server.url)
             time.sleep(1.0)
             vllm_text = wait_idle(server.url)
-            got = collector_caught_up(prom_port, samples(vllm_text))
+            got = collector_caught_up(collector.prom, samples(vllm_text))
             yield {"answers": answers, "latencies": latencies, "deterministic": after_deterministic,
-                   "vllm": vllm_text, "collector": got, "log": server.log_text()}
+                   "vllm": vllm_text, "collector": got, "log": server.log_text(),
+                   "jaeger": f"http://127.0.0.1:{collector.jaeger}"}
     finally:
-        collector.terminate()
-        collector.wait(10)
+        collector.proc.terminate()
+        collector.proc.wait(10)
 
 
-def start_collector() -> tuple[subprocess.Popen, int, int]:
-    """`otel-llm collector` (as `python -m server collector`): (process, OTLP/HTTP port, Prometheus port)."""
-    http_port, prom_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "server", "collector", "--otlp-http-port", str(http_port),
-         "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port)],
+def start_collector(*args: str) -> SimpleNamespace:
+    """`otel-llm collector` (as `python -m server collector`): the process and its ports."""
+    ports = SimpleNamespace(http=free_port(), grpc=free_port(), prom=free_port(), jaeger=free_port())
+    ports.proc = subprocess.Popen(
+        [sys.executable, "-m", "server", "collector", "--otlp-http-port", str(ports.http),
+         "--otlp-grpc-port", str(ports.grpc), "--prometheus-port", str(ports.prom),
+         "--jaeger-port", str(ports.jaeger), *args],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    return proc, http_port, prom_port
+    return ports
 
 
 def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict:
@@ -155,6 +166,44 @@ def test_vllm_lists_and_loads_the_plugin(add_run):
 
 def test_otlp_export_equals_vllms_own_metrics(add_run):
     assert_totals_equal(samples(add_run["vllm"]), add_run["collector"])
+
+
+def test_vllms_request_spans_get_exact_phase_spans_in_the_trace_store(add_run):
+    """Every llm_request span (one per finished sequence) through the collector: derived queue/prefill/
+    decode children whose durations equal vLLM's attributes to the microsecond (Jaeger's unit), the
+    first_token event at start + TTFT, served by the Jaeger API; an incoming traceparent kept."""
+    api = add_run["jaeger"]
+    finished = sum(v for (name, _), v in samples(add_run["vllm"]).items() if name == "vllm:request_success_total")
+
+    def traces():
+        data = httpx.get(f"{api}/api/traces", params={"service": SERVICE, "operation": "llm_request",
+                                                      "limit": 100}).json()["data"]
+        spans = [s for t in data for s in t["spans"]]
+        done = sum(s["operationName"] == "llm_request" for s in spans) == finished and len(spans) == 4 * finished
+        return data if done else None
+    deadline = time.time() + 20
+    while not traces() and time.time() < deadline:
+        time.sleep(0.3)
+    data = traces()
+    assert data, (finished, httpx.get(f"{api}/api/traces", params={"service": SERVICE, "limit": 100}).text[:2000])
+    for trace in data:
+        for root in (s for s in trace["spans"] if s["operationName"] == "llm_request"):
+            tags = {t["key"]: t["value"] for t in root["tags"]}
+            kids = {s["operationName"]: s for s in trace["spans"]
+                    if {"refType": "CHILD_OF", "traceID": trace["traceID"], "spanID": root["spanID"]} in s["references"]}
+            assert sorted(kids) == ["decode", "prefill", "queue"], kids.keys()
+            for name, key in (("queue", "time_in_queue"), ("prefill", "time_in_model_prefill"),
+                              ("decode", "time_in_model_decode")):
+                assert abs(kids[name]["duration"] - tags[f"gen_ai.latency.{key}"] * 1e6) <= 1.0, name
+                assert {"key": "otel_llm.derived", "type": "bool", "value": True} in kids[name]["tags"]
+            [log] = kids["prefill"]["logs"]
+            assert abs(log["timestamp"] - root["startTime"] - tags["gen_ai.latency.time_to_first_token"] * 1e6) <= 1
+            assert root["startTime"] <= kids["queue"]["startTime"]  # the API server's own share comes first
+    traced = [t for t in data if t["traceID"] == TRACEPARENT.split("-")[1]]
+    assert len(traced) == 1
+    [root] = [s for s in traced[0]["spans"] if s["operationName"] == "llm_request"]
+    assert root["references"] == [{"refType": "CHILD_OF", "traceID": traced[0]["traceID"],
+                                   "spanID": TRACEPARENT.split("-")[2]}]
 
 
 def assert_totals_equal(want: dict, got: dict) -> None:
@@ -274,20 +323,20 @@ def spread_load(url: str, n: int = 32) -> None:
 
 @pytest.fixture(scope="module")
 def two_servers_run(model_dir):
-    collector, http_port, prom_port = start_collector()
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{http_port}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
+    collector = start_collector()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta", "OTEL_LLM_VLLM_METRICS": None,
            "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1"}
     try:
         with VllmServer(model_dir, env=env, args=["--api-server-count", "2"]) as server:
             spread_load(server.url)
             vllm_text = wait_idle(server.url)
-            got = collector_caught_up(prom_port, samples(vllm_text))
-            per_sender = httpx.get(f"http://127.0.0.1:{prom_port}/metrics").text
+            got = collector_caught_up(collector.prom, samples(vllm_text))
+            per_sender = httpx.get(f"http://127.0.0.1:{collector.prom}/metrics").text
             return {"vllm": vllm_text, "collector": got, "per_sender": per_sender, "log": server.log_text()}
     finally:
-        collector.terminate()
-        collector.wait(10)
+        collector.proc.terminate()
+        collector.proc.wait(10)
 
 
 def test_two_api_servers_push_their_shares_and_the_collector_sums_them_exactly(two_servers_run):
