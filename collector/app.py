@@ -31,6 +31,7 @@ from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExport
 from collector.remote_write_series import RemoteWriteSeries
 from collector.jaeger_api import JaegerQueryApi
 from collector.scrape_endpoint import ScrapeEndpoint
+from collector.scrape_receiver import ScrapeReceiver, ScrapeTarget
 from collector.self_telemetry import SelfTelemetry
 from collector.tail_sampler import TailSamplingConfig
 from collector.trace_exporter import DISK_QUEUE, TraceExporter, TraceExporterConfig
@@ -59,6 +60,7 @@ class CollectorConfig:
     trace_store: TraceStoreConfig | None = None  # keep traces in SQLite, served by Jaeger's query API
     jaeger_port: int = 16686  # the query API's port, with trace_store (0 = any free port)
     phase_spans: bool = True  # derive queue/prefill/decode spans for vLLM's latency-only request spans
+    scrape_targets: tuple[ScrapeTarget, ...] = ()  # Prometheus /metrics pulled into the store
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
@@ -103,6 +105,8 @@ class Collector:
                                                        signals=signals))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port)
+        self.scrapers = ScrapeReceiver(config.scrape_targets, self.store, lambda accepted, refused: (
+            self.telemetry.count("http", accepted, refused, receiver="prometheus")))
         self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]
         self.exporters = (*self.remote_writers, *self.traces.exporters)
         for exporter in self.exporters:
@@ -127,14 +131,14 @@ class Collector:
         return sink
 
     def render(self, openmetrics: bool = False) -> bytes:
-        own = (*self.telemetry.families(), *self.traces.families())
+        own = (*self.telemetry.families(), *self.traces.families(), *self.scrapers.families())
         with self.store.lock:
             return exposition.render(self.store, openmetrics, own)
 
     def start(self) -> Collector:
         for exporter in self.exporters:
             exporter.start()
-        for part in (self.http, self.grpc, self.scrape, self.jaeger):
+        for part in (self.http, self.grpc, self.scrape, self.jaeger, self.scrapers):
             if part is not None:
                 part.start()
         self._housekeeper = threading.Thread(target=self._housekeeping, name="collector-housekeeping", daemon=True)
@@ -165,7 +169,7 @@ class Collector:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop receiving, push what is left, give the exporters `timeout_s` in all to deliver it."""
         self._stop.set()
-        for part in (self.http, self.grpc, self.scrape, self.jaeger):
+        for part in (self.http, self.grpc, self.scrape, self.jaeger, self.scrapers):
             if part is not None:
                 part.stop()
         if self._housekeeper is not None:
@@ -194,6 +198,7 @@ class Collector:
             parts.append(f"OTLP/gRPC {self.grpc.endpoint}")
         if self.scrape is not None:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
+        parts.extend(f"scraping {t.url} every {t.interval_s:g}s (job {t.job})" for t in self.config.scrape_targets)
         parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
         parts.extend(f"traces to {e.config.url}" for e in self.traces.exporters if isinstance(e, TraceExporter))
         if self.jaeger is not None:

@@ -114,6 +114,19 @@ def add_parser(sub) -> None:
                    help="pass vLLM's llm_request spans on as they come: by default each gets derived queue, "
                         "prefill and decode child spans and a first_token event from its gen_ai.latency.* "
                         "attributes (marked otel_llm.derived; the originals unchanged)")
+    scrape = p.add_argument_group("scraping Prometheus /metrics (vLLM's, SGLang's, any exporter's)")
+    scrape.add_argument("--scrape-target", action="append", default=[], metavar="[JOB=]URL",
+                        help="pull this Prometheus/OpenMetrics endpoint every --scrape-interval (repeatable), e.g. "
+                             "vllm=http://10.0.0.5:8000/metrics; job defaults to `scrape`, instance is host:port. "
+                             "Families a profile knows (vLLM's) come out under --metrics-compat's names")
+    scrape.add_argument("--scrape-interval", type=duration_s, default=15.0, metavar="DURATION",
+                        help="how often each --scrape-target is pulled (default 15s)")
+    scrape.add_argument("--scrape-timeout", type=duration_s, default=None, metavar="DURATION",
+                        help="a scrape's whole time limit (default 10s, at most the interval)")
+    scrape.add_argument("--scrape-config", metavar="FILE",
+                        help="targets from a prometheus.yml-style file (scrape_configs with job_name, "
+                             "scrape_interval, scrape_timeout, metrics_path, scheme, sample_limit, body_size_limit, "
+                             "static_configs)")
     store = p.add_argument_group("trace store: traces kept on this host, served by Jaeger's query API")
     store.add_argument("--trace-store", metavar="DIR",
                        help="keep traces in a SQLite file in DIR and serve Jaeger's HTTP query API on --jaeger-port "
@@ -149,6 +162,29 @@ def add_parser(sub) -> None:
                                "backend (e.g. jaeger:4317; TLS if it starts with https://)")
 
 
+def scrape_targets(args: argparse.Namespace) -> tuple:
+    """--scrape-target and --scrape-config -> ScrapeTargets. Raises ValueError naming the flag or file."""
+    from collector.scrape_receiver import load_scrape_config, parse_target
+
+    timeout = args.scrape_timeout
+    if timeout is not None and timeout > args.scrape_interval:
+        raise ValueError(f"--scrape-timeout {timeout:g}s is longer than --scrape-interval {args.scrape_interval:g}s")
+    targets = []
+    for text in args.scrape_target:
+        try:
+            targets.append(parse_target(text, args.scrape_interval, timeout))
+        except ValueError as exc:
+            raise ValueError(f"--scrape-target {text!r}: {exc}") from None
+    if args.scrape_config:
+        targets += load_scrape_config(args.scrape_config)
+    seen = set()
+    for t in targets:
+        if (t.job, t.instance) in seen:
+            raise ValueError(f"two scrape targets are job {t.job!r}, instance {t.instance!r}: give them different jobs")
+        seen.add((t.job, t.instance))
+    return tuple(targets)
+
+
 def config_from_args(args: argparse.Namespace):
     from collector.app import CollectorConfig
     from collector.metric_store import StoreConfig
@@ -165,7 +201,7 @@ def config_from_args(args: argparse.Namespace):
         traces_to=tuple(args.traces_to), storage_dir=args.storage_dir, tail_sampling=sampling,
         trace_store=None if args.trace_store is None else TraceStoreConfig(
             args.trace_store, retention_s=args.trace_retention, max_bytes=args.trace_store_max_mib * 1024 * 1024),
-        jaeger_port=args.jaeger_port, phase_spans=args.phase_spans,
+        jaeger_port=args.jaeger_port, phase_spans=args.phase_spans, scrape_targets=scrape_targets(args),
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )
@@ -177,6 +213,11 @@ def print_otelcol_config(args: argparse.Namespace) -> int:
     if args.trace_store:
         print("otel-llm collector: error: --trace-store keeps traces on this host; otelcol-contrib has no "
               "equivalent: send them to a trace backend with --traces-to URL", file=sys.stderr)
+        return 2
+    if args.scrape_target or args.scrape_config:
+        print("otel-llm collector: error: --scrape-target/--scrape-config are not translated into the otelcol-contrib "
+              "config (its names would differ): scrape those targets with this collector, or configure "
+              "otelcol-contrib's prometheus receiver yourself", file=sys.stderr)
         return 2
     if (args.storage_dir or args.tail_sampling) and not (args.traces_to or args.otelcol_traces_endpoint):
         flag = "--storage-dir" if args.storage_dir else "--tail-sampling"
@@ -208,7 +249,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
 
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"otel-llm collector: error: {exc}", file=sys.stderr)
+        return 2
     if config.storage_dir and not config.traces_to:
         print("otel-llm collector: error: --storage-dir holds trace backends' queues: add --traces-to URL",
               file=sys.stderr)

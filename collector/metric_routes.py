@@ -9,6 +9,8 @@ copied), so the collector exposes exactly what a server's own `/metrics` does:
   profile keeps (through its value maps), the profile's buckets; attributes the
   profile does not expose are summed away. A canonical instrument the profile
   leaves out is dropped, as on the server.
+- a metric the scrape receiver read under its own Prometheus name (scope
+  `otel_llm.collector.scrape`) keeps that name and its labels, verbatim;
 - any other metric keeps its own name, translated by the OTel specification's
   Prometheus rules (`otel_llm.prometheus_naming`), its attributes as labels, plus
   ``otel_scope_name``/``otel_scope_version``.
@@ -41,6 +43,7 @@ from otel_llm.profiles import Profile, get_profile
 from otel_llm.prometheus_naming import label_name, metric_name
 
 OVERFLOW = ("otel_metric_overflow", "true")
+SCRAPE_SCOPE = "otel_llm.collector.scrape"  # metrics a scrape target exposed under their own names
 Pairs = tuple[tuple[str, str], ...]  # label (name, raw value) pairs of one series
 _KINDS = {"gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
 
@@ -120,8 +123,10 @@ class Route:
             return pairs + self.scope_pairs + resource.pairs, ()
         profile, fam, inst = self.profile, self.profile_family, self.instrument
         if inst.name == CACHE_CONFIG_INFO:
+            reserved = {label for label, _ in resource.pairs} | {profile.engine_label}
             base = tuple((k[len(CACHE_CONFIG_PREFIX):], v) for k, v in sorted(attrs.items())
                          if k.startswith(CACHE_CONFIG_PREFIX))
+            base = tuple(("exported_" + k if k in reserved else k, v) for k, v in base)  # as Prometheus does
             return base + ((profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")),) + resource.pairs, ()
         base = ((profile.model_label, attrs.get(MODEL_ATTRIBUTE, "")),
                 (profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")))
@@ -161,6 +166,8 @@ class Router:
             return Route(fam.name, inst.kind, inst.description, fam.buckets if fam.buckets is not None else None,
                          self.profile, fam, inst)
         s = wire.decode_scope(scope)
+        if s.name == SCRAPE_SCOPE:  # scraped under its own Prometheus name: kept verbatim
+            return Route(metric.name, prom_kind, metric.description, None)
         scope_pairs = tuple((k, v) for k, v in (("otel_scope_name", s.name), ("otel_scope_version", s.version)) if v)
         return Route(metric_name(metric.name, metric.unit, prom_kind), prom_kind, metric.description, None,
                      scope_pairs=scope_pairs)

@@ -354,18 +354,32 @@ class MetricStore:
         removed = 0
         with self.lock:
             for metric_key, metric in list(self._metrics.items()):
-                stale = [s for s in metric.series.values() if s.seen_s < deadline]
-                for s in stale:
-                    self._remove(metric, s)
-                removed += len(stale)
-                if not metric.series:
-                    del self._metrics[metric_key]
-                    for known_key in [k for k, (_, m) in self._known.items() if m is metric]:
-                        del self._known[known_key]
+                removed += self._drop_older(metric_key, metric, deadline)
             for key, resource in list(self.resources.items()):
                 if resource.num_series <= 0 and resource.seen_s < deadline:
                     del self.resources[key]
         return removed
+
+    def drop_unseen(self, resource_key: bytes, since: float) -> int:
+        """Remove the sender's series not updated since `since` (this store's clock): what a scrape
+        target stopped exposing, or everything but `up` after a failed scrape (Prometheus marks
+        those stale)."""
+        with self.lock:
+            return sum(self._drop_older(key, metric, since) for key, metric in list(self._metrics.items())
+                       if key[0] == resource_key)
+
+    def clock(self) -> float:
+        return self._clock()
+
+    def _drop_older(self, metric_key: tuple, metric: MetricSeries, since: float) -> int:
+        stale = [s for s in metric.series.values() if s.seen_s < since]
+        for s in stale:
+            self._remove(metric, s)
+        if not metric.series:
+            del self._metrics[metric_key]
+            for known_key in [k for k, (_, m) in self._known.items() if m is metric]:
+                del self._known[known_key]
+        return len(stale)
 
     def _remove(self, metric: MetricSeries, s: Series) -> None:
         _, attributes, overflow = s.key

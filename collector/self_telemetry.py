@@ -1,7 +1,7 @@
 """The collector's own health as Prometheus families, named like the OpenTelemetry Collector's.
 
 Receivers count what they accepted and refused per transport and signal
-(``otelcol_receiver_{accepted,refused}_{metric_points,spans}{receiver="otlp",transport}``);
+(``otelcol_receiver_{accepted,refused}_{metric_points,spans}{receiver="otlp"|"prometheus",transport}``);
 exporters report sent, failed and dropped records and their queue
 (``otelcol_exporter_{sent,send_failed,enqueue_failed}_{metric_points,spans}``,
 ``otelcol_exporter_queue_{size,capacity}``, labelled ``exporter`` and ``data_type``); the
@@ -26,13 +26,14 @@ class SelfTelemetry:
     def __init__(self, num_series: Callable[[], int], data_types: tuple[str, ...] = ("metrics",)):
         self._lock = threading.Lock()
         self._data_types = data_types
-        self._receiver: dict[tuple[str, str], list[int]] = {}  # (data type, transport) -> [accepted, refused]
+        self._receiver: dict[tuple[str, str, str], list[int]] = {}  # (data type, receiver, transport) -> counts
         self._exporters: list = []  # with .name, .data_type, .stats() -> (sent, send_failed, enqueue_failed, size, cap)
         self._num_series = num_series
 
-    def count(self, transport: str, accepted: int, refused: int, data_type: str = "metrics") -> None:
+    def count(self, transport: str, accepted: int, refused: int, data_type: str = "metrics",
+              receiver: str = "otlp") -> None:
         with self._lock:
-            counts = self._receiver.setdefault((data_type, transport), [0, 0])
+            counts = self._receiver.setdefault((data_type, receiver, transport), [0, 0])
             counts[0] += accepted
             counts[1] += refused
 
@@ -45,8 +46,8 @@ class SelfTelemetry:
         out = []
         for data_type in self._data_types:
             records, words = _RECORDS[data_type]
-            counts = [(label_text((("receiver", "otlp"), ("transport", t))), c)
-                      for (d, t), c in receiver.items() if d == data_type]
+            counts = [(label_text((("receiver", r), ("transport", t))), c)
+                      for (d, r, t), c in receiver.items() if d == data_type]
             out += [
                 SelfFamily(f"otelcol_receiver_accepted_{records}", Kind.COUNTER,
                            f"Number of {words} successfully pushed into the pipeline.",

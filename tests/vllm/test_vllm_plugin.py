@@ -126,9 +126,10 @@ def add_run(model_dir, tmp_path_factory):
             time.sleep(1.0)
             vllm_text = wait_idle(server.url)
             got = collector_caught_up(collector.prom, samples(vllm_text))
+            scraped = scrape_with_collectors(server.url, vllm_text)
             yield {"answers": answers, "latencies": latencies, "deterministic": after_deterministic,
                    "vllm": vllm_text, "collector": got, "log": server.log_text(),
-                   "jaeger": f"http://127.0.0.1:{collector.jaeger}"}
+                   "jaeger": f"http://127.0.0.1:{collector.jaeger}", "scraped": scraped, "url": server.url}
     finally:
         collector.proc.terminate()
         collector.proc.wait(10)
@@ -143,6 +144,29 @@ def start_collector(*args: str) -> SimpleNamespace:
          "--jaeger-port", str(ports.jaeger), *args],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     return ports
+
+
+def scrape_with_collectors(url: str, vllm_text: str) -> dict[str, str]:
+    """The idle vLLM's /metrics as two collectors scraping it serve them: {profile: their /metrics}."""
+    out = {}
+    for profile in ("vllm", "otel"):
+        c = start_collector("--scrape-target", f"vllm={url}/metrics", "--scrape-interval", "1s",
+                            "--metrics-compat", profile)
+        try:
+            deadline = time.time() + 20
+            while True:
+                try:
+                    text = httpx.get(f"http://127.0.0.1:{c.prom}/metrics").text
+                except httpx.HTTPError:
+                    text = ""
+                if 'up{job="vllm"' in text or time.time() > deadline:
+                    break
+                time.sleep(0.3)
+            out[profile] = text
+        finally:
+            c.proc.terminate()
+            c.proc.wait(10)
+    return out
 
 
 def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict:
@@ -166,6 +190,44 @@ def test_vllm_lists_and_loads_the_plugin(add_run):
 
 def test_otlp_export_equals_vllms_own_metrics(add_run):
     assert_totals_equal(samples(add_run["vllm"]), add_run["collector"])
+
+
+def test_the_collector_scraping_vllm_serves_its_families_unchanged_or_under_canonical_names(add_run):
+    """--scrape-target on the real vLLM: under `vllm`, vLLM's families unchanged (values, labels, types,
+    buckets) with job/instance added; under `otel`, gen_ai_server_* and otel_llm_* equal to vLLM's."""
+    want, mine = samples(add_run["vllm"]), add_run["scraped"]["vllm"]
+    instance = add_run["url"].removeprefix("http://")
+    got = samples(mine)
+    want = {k: v for k, v in want.items() if not k[0].endswith("_created")}  # read as start times, not re-served
+    assert len(want) > 250 and {k: got.get(k) for k in want} == want
+    theirs = {k: v for k, v in families(add_run["vllm"]).items() if not k.endswith("_created")}
+    ours = {name: (kind, {tuple(n for n in names if n not in ("job", "instance")) for names in labels}, les)
+            for name, (kind, labels, les) in families(mine).items()}
+    assert ours == theirs  # types, label names and buckets: vLLM's, plus job and instance
+    labelled = {(s.labels.get("job"), s.labels.get("instance")) for fam in text_string_to_metric_families(mine)
+                for s in fam.samples if s.name.startswith("vllm:")}
+    assert labelled == {("vllm", instance)}
+    assert 'up{job="vllm",instance="%s"} 1' % instance in mine
+    otel = {}
+    for fam in text_string_to_metric_families(add_run["scraped"]["otel"]):
+        for s in fam.samples:
+            key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("job", "instance", "le"))))
+            if not s.name.endswith("_bucket"):
+                otel[key] = otel.get(key, 0.0) + s.value
+    model = (("gen_ai_request_model", MODEL), ("otel_llm_engine", "0"))
+    base = (("engine", "0"), ("model_name", MODEL))
+    for reason in ("stop", "length"):
+        assert otel.get(("otel_llm_request_finished_total", model + (("otel_llm_finish_reason", reason),)), 0.0) == \
+            want[("vllm:request_success_total", (("engine", "0"), ("finished_reason", reason), ("model_name", MODEL)))]
+    for theirs, ours in (("generation_tokens_total", "otel_llm_usage_generation_tokens_total"),
+                         ("prompt_tokens_total", "otel_llm_usage_prompt_tokens_total"),
+                         ("time_to_first_token_seconds_count", "gen_ai_server_time_to_first_token_seconds_count"),
+                         ("time_to_first_token_seconds_sum", "gen_ai_server_time_to_first_token_seconds_sum"),
+                         ("request_queue_time_seconds_count", "otel_llm_request_queue_duration_seconds_count"),
+                         ("inter_token_latency_seconds_sum", "otel_llm_request_inter_token_latency_seconds_sum")):
+        assert otel[(ours, model)] == want[(f"vllm:{theirs}", base)], ours
+    e2e = sum(v for (n, _), v in otel.items() if n == "gen_ai_server_request_duration_seconds_count")
+    assert e2e == want[("vllm:e2e_request_latency_seconds_count", base)]
 
 
 def test_vllms_request_spans_get_exact_phase_spans_in_the_trace_store(add_run):
