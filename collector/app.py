@@ -2,9 +2,10 @@
 
                           metrics                   +--> Prometheus scrape endpoint (/metrics)
     OTLP/HTTP receiver --+-------> MetricStore (shim) +
-                         |                          +--> remote-write exporters (one queue each)
+    scrape receiver -----+    |                     +--> remote-write exporters (one queue each)
+                         |    +--> OTLP metric exporters (as received; one queue each)
     OTLP/gRPC receiver --+-------> TracePipeline -------> trace exporters (one queue each)
-                          traces
+                          traces   (phase spans, tail sampling, trace store)
 
 Threads: the receivers' request threads ingest into the store and hand traces to the
 trace exporters' queues (or to the tail sampler, which holds a trace until its root span
@@ -34,7 +35,7 @@ from collector.scrape_endpoint import ScrapeEndpoint
 from collector.scrape_receiver import ScrapeReceiver, ScrapeTarget
 from collector.self_telemetry import SelfTelemetry
 from collector.tail_sampler import TailSamplingConfig
-from collector.trace_exporter import DISK_QUEUE, TraceExporter, TraceExporterConfig
+from collector.otlp_exporter import DISK_QUEUE, OtlpExporter, OtlpExporterConfig
 from collector.trace_pipeline import TracePipeline
 from collector.trace_store import TraceStore, TraceStoreConfig
 from collector.trace_store_writer import TraceStoreWriter
@@ -54,6 +55,7 @@ class CollectorConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     housekeeping_interval_s: float = 1.0  # expiry, and remote-write pushes of what changed
     remote_write_urls: tuple[str, ...] = ()
+    metrics_to: tuple[str, ...] = ()  # OTLP metric backends: the metrics as received (and scraped), canonical
     traces_to: tuple[str, ...] = ()  # trace backends: http(s)://host:port[/path] or grpc://host:port
     storage_dir: str | None = None  # trace backends' queues on disk there (SQLite), else in memory
     tail_sampling: TailSamplingConfig | None = None  # None: every span goes to every backend
@@ -65,15 +67,21 @@ class CollectorConfig:
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
 
-    def trace_exporter_configs(self) -> list[TraceExporterConfig]:
+    def metric_exporter_configs(self) -> list[OtlpExporterConfig]:
+        return [OtlpExporterConfig(url, name=f"{'otlp' if url.startswith('grpc://') else 'otlphttp'}/metrics/{i}",
+                                   signal="metrics", max_batch=4096)
+                for i, url in enumerate(self.metrics_to)]
+
+    def trace_exporter_configs(self) -> list[OtlpExporterConfig]:
         queue = {} if self.storage_dir is None else {"queue": DISK_QUEUE}
-        return [TraceExporterConfig(url, name=f"{'otlp' if url.startswith('grpc://') else 'otlphttp'}/{i}",
+        return [OtlpExporterConfig(url, name=f"{'otlp' if url.startswith('grpc://') else 'otlphttp'}/{i}",
                                     storage_dir=self.storage_dir, **queue)
                 for i, url in enumerate(self.traces_to)]
 
     def __post_init__(self) -> None:
         self.remote_write_configs()  # a bad URL fails here, named
         self.trace_exporter_configs()
+        self.metric_exporter_configs()
         for name in ("otlp_http_port", "otlp_grpc_port", "prometheus_port", "jaeger_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
@@ -92,7 +100,7 @@ class Collector:
         self.jaeger = None if self.trace_store is None else JaegerQueryApi(self.trace_store, config.host,
                                                                            config.jaeger_port)
         writers = [] if self.trace_store is None else [TraceStoreWriter(self.trace_store)]
-        self.traces = TracePipeline([*(TraceExporter(c) for c in config.trace_exporter_configs()), *writers],
+        self.traces = TracePipeline([*(OtlpExporter(c) for c in config.trace_exporter_configs()), *writers],
                                     config.tail_sampling, config.phase_spans)
         data_types = ("metrics", "traces") if self.traces.exporters else ("metrics",)
         signals = frozenset(Signal(d) for d in data_types)
@@ -105,10 +113,11 @@ class Collector:
                                                        signals=signals))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port)
-        self.scrapers = ScrapeReceiver(config.scrape_targets, self.store, lambda accepted, refused: (
-            self.telemetry.count("http", accepted, refused, receiver="prometheus")))
+        self.scrapers = ScrapeReceiver(config.scrape_targets, self.store,
+                                       lambda payload: self.ingest_metrics(payload, "http", "prometheus"))
         self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]
-        self.exporters = (*self.remote_writers, *self.traces.exporters)
+        self.metric_exporters = [OtlpExporter(c) for c in config.metric_exporter_configs()]
+        self.exporters = (*self.remote_writers, *self.metric_exporters, *self.traces.exporters)
         for exporter in self.exporters:
             self.telemetry.add_exporter(exporter)
         self._remote_write_series = RemoteWriteSeries()
@@ -120,8 +129,7 @@ class Collector:
             if signal is Signal.TRACES:
                 self.telemetry.count(transport, self.traces.consume(payload), 0, "traces")
                 return None
-            result = self.store.ingest(payload)
-            self.telemetry.count(transport, result.accepted, result.refused)
+            result = self.ingest_metrics(payload, transport)
             if result.refused:
                 logger.warning("refused %d of %d metric points over %s: %s", result.refused,
                                result.accepted + result.refused, transport, result.reason)
@@ -129,6 +137,15 @@ class Collector:
             return None
 
         return sink
+
+    def ingest_metrics(self, payload: bytes, transport: str, receiver: str = "otlp"):
+        """One ExportMetricsServiceRequest into the store (raises PayloadError if malformed), counted, and
+        as it came to every OTLP metric backend."""
+        result = self.store.ingest(payload)
+        self.telemetry.count(transport, result.accepted, result.refused, receiver=receiver)
+        for exporter in self.metric_exporters:
+            exporter.export(payload, result.accepted + result.refused)
+        return result
 
     def render(self, openmetrics: bool = False) -> bytes:
         own = (*self.telemetry.families(), *self.traces.families(), *self.scrapers.families())
@@ -200,7 +217,8 @@ class Collector:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
         parts.extend(f"scraping {t.url} every {t.interval_s:g}s (job {t.job})" for t in self.config.scrape_targets)
         parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
-        parts.extend(f"traces to {e.config.url}" for e in self.traces.exporters if isinstance(e, TraceExporter))
+        parts.extend(f"metrics to {e.config.endpoint}" for e in self.metric_exporters)
+        parts.extend(f"traces to {e.config.url}" for e in self.traces.exporters if isinstance(e, OtlpExporter))
         if self.jaeger is not None:
             parts.append(f"Jaeger query API {self.jaeger.url} (traces in {self.trace_store.path})")
         return ", ".join(parts)

@@ -61,8 +61,10 @@ def _checked_by(config: str, what: str, example: str):
 
 _remote_write_url = _checked_by("collector.remote_write_exporter:RemoteWriteConfig", "URL",
                                 "e.g. http://127.0.0.1:9090/api/v1/write")
-_trace_backend = _checked_by("collector.trace_exporter:TraceExporterConfig", "trace backend",
+_trace_backend = _checked_by("collector.otlp_exporter:OtlpExporterConfig", "trace backend",
                              "http://host:4318/v1/traces or grpc://host:4317")
+_metric_backend = _checked_by("collector.otlp_exporter:OtlpExporterConfig", "OTLP metric backend",
+                              "http://host:4318/v1/metrics or grpc://host:4317")
 
 
 def _threshold(text: str) -> float | None:
@@ -103,6 +105,10 @@ def add_parser(sub) -> None:
     p.add_argument("--remote-write-url", action="append", default=[], metavar="URL", type=_remote_write_url,
                    help="also push to this Prometheus remote-write 1.0 endpoint, e.g. "
                         "http://127.0.0.1:9090/api/v1/write (repeatable)")
+    p.add_argument("--metrics-to", action="append", default=[], metavar="URL", type=_metric_backend,
+                   help="also forward the metrics (as received over OTLP, and what --scrape-target reads, under "
+                        "canonical names) to this OTLP backend: http(s)://host:port[/v1/metrics] (OTLP/HTTP protobuf) "
+                        "or grpc://host:port; repeatable, each with its own queue and retries")
     p.add_argument("--traces-to", action="append", default=[], metavar="URL", type=_trace_backend,
                    help="forward the spans servers send to this OTLP backend: http(s)://host:port[/v1/traces] "
                         "(OTLP/HTTP protobuf) or grpc://host:port (OTLP/gRPC); repeatable, each with its own "
@@ -198,6 +204,7 @@ def config_from_args(args: argparse.Namespace):
     return CollectorConfig(
         host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,
         prometheus_port=args.prometheus_port, remote_write_urls=tuple(args.remote_write_url),
+        metrics_to=tuple(args.metrics_to),
         traces_to=tuple(args.traces_to), storage_dir=args.storage_dir, tail_sampling=sampling,
         trace_store=None if args.trace_store is None else TraceStoreConfig(
             args.trace_store, retention_s=args.trace_retention, max_bytes=args.trace_store_max_mib * 1024 * 1024),
@@ -230,7 +237,7 @@ def print_otelcol_config(args: argparse.Namespace) -> int:
         text = render_otelcol_config(
             args.metrics_compat, otlp_grpc_endpoint=f"{host}:{args.otlp_grpc_port}",
             otlp_http_endpoint=f"{host}:{args.otlp_http_port}", prometheus_endpoint=f"{host}:{args.prometheus_port}",
-            remote_write_urls=args.remote_write_url, traces_to=args.traces_to,
+            remote_write_urls=args.remote_write_url, traces_to=args.traces_to, metrics_to=args.metrics_to,
             traces_endpoint=args.otelcol_traces_endpoint, storage_dir=args.storage_dir, tail_sampling=sampling)
     except ValueError as exc:
         print(f"otel-llm collector: error: {exc}", file=sys.stderr)

@@ -34,6 +34,7 @@ import re
 from collections.abc import Sequence
 
 from collector.otelcol_traces import header_lines as _traces_header, traces_part
+from collector.otlp_exporter import OtlpExporterConfig
 from collector.tail_sampler import TailSamplingConfig
 from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
@@ -113,11 +114,13 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
                    otlp_http_endpoint: str = "0.0.0.0:4318", prometheus_endpoint: str = "0.0.0.0:9464",
                    remote_write_urls: Sequence[str] = (), traces_to: Sequence[str] = (),
                    traces_endpoint: str | None = None, storage_dir: str | None = None,
-                   tail_sampling: TailSamplingConfig | None = None, memory_limit_mib: int = 512) -> dict:
+                   tail_sampling: TailSamplingConfig | None = None, memory_limit_mib: int = 512,
+                   metrics_to: Sequence[str] = ()) -> dict:
     """The otelcol-contrib config as plain data (dicts, lists, strings, ints, floats).
 
     `remote_write_urls`: Prometheus remote-write 1.0 endpoints (e.g. http://prometheus:9090/api/v1/write),
-    one exporter each. Traces (collector/otelcol_traces.py), as `otel-llm collector` takes them:
+    one exporter each. `metrics_to`: OTLP metric backends, fed by a pipeline of their own with the
+    canonical names as received (no renames). Traces (collector/otelcol_traces.py), as `otel-llm collector` takes them:
     `traces_to` backend URLs (http(s)://host:port[/path] or grpc://host:port), `storage_dir` for their
     queues, `tail_sampling`; `traces_endpoint`: also host:port of an OTLP/gRPC backend, plain text
     unless it starts with https://. No traces pipeline without a backend.
@@ -156,6 +159,16 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
         exporters[f"prometheusremotewrite/{i}"] = {"endpoint": url, "translation_strategy": TRANSLATION_STRATEGY,
                                                    "disable_scope_info": True}
     pipelines = {"metrics": {"receivers": ["otlp"], "processors": metric_processors, "exporters": list(exporters)}}
+    otlp_metrics = {}
+    for i, url in enumerate(metrics_to):
+        exporter = OtlpExporterConfig(url, signal="metrics")
+        otlp_metrics[f"otlp/metrics/{i}" if exporter.grpc else f"otlphttp/metrics/{i}"] = (
+            {"endpoint": exporter.endpoint, "tls": {"insecure": True}} if exporter.grpc
+            else {"metrics_endpoint": exporter.endpoint})
+    if otlp_metrics:
+        exporters.update(otlp_metrics)
+        pipelines["metrics/otlp"] = {"receivers": ["otlp"], "processors": ["memory_limiter", "batch"],
+                                     "exporters": list(otlp_metrics)}
     config: dict = {"receivers": {"otlp": {"protocols": {"grpc": {"endpoint": otlp_grpc_endpoint},
                                                          "http": {"endpoint": otlp_http_endpoint}}}},
                     "processors": processors, "exporters": exporters}

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from collector.tail_sampler import TailSamplingConfig
-from collector.trace_exporter import DISK_QUEUE, TraceExporterConfig
+from collector.otlp_exporter import DISK_QUEUE, OtlpExporterConfig
 
 FILE_STORAGE = "file_storage"
 TAIL_SAMPLING = "tail_sampling"
@@ -51,7 +51,7 @@ def _exporters(traces_to: Sequence[str], traces_endpoint: str | None) -> dict:
     exporters = {}
     for i, url in enumerate(traces_to):
         try:
-            exporter = TraceExporterConfig(url)
+            exporter = OtlpExporterConfig(url)
         except ValueError:
             raise ValueError(f"trace backend {url!r}: use http(s)://host:port[/path] or grpc://host:port") from None
         if exporter.grpc:

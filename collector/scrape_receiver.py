@@ -183,10 +183,10 @@ def fetch(target: ScrapeTarget) -> tuple[str, bool]:
 class Scraper:
     """One target's scrape loop (its own thread)."""
 
-    def __init__(self, target: ScrapeTarget, store, count) -> None:
+    def __init__(self, target: ScrapeTarget, store, ingest=None) -> None:
         self.target = target
         self.store = store
-        self._count = count  # count(accepted, refused): the collector's receiver counters
+        self._ingest = ingest or store.ingest  # payload -> IngestResult (the collector's: counted, forwarded)
         self.converter = Converter(target.job, target.instance, dict(target.labels), target.sample_limit)
         self.failures: dict[str, int] = {}
         self.scrapes = 0
@@ -231,9 +231,8 @@ class Scraper:
             error = exc
             payload = self.converter.up_only(now_ns, {"up": 0.0, "scrape_duration_seconds": time.monotonic() - t0,
                                                       "scrape_samples_scraped": 0.0})
-        result = self.store.ingest(payload)
+        self._ingest(payload)
         self.store.drop_unseen(self.converter.resource_key, since)
-        self._count(result.accepted, result.refused)
         with self._lock:
             self.scrapes += 1
             if error is not None:
@@ -249,8 +248,8 @@ class Scraper:
 
 
 class ScrapeReceiver:
-    def __init__(self, targets: tuple[ScrapeTarget, ...], store, count) -> None:
-        self.scrapers = [Scraper(t, store, count) for t in targets]
+    def __init__(self, targets: tuple[ScrapeTarget, ...], store, ingest=None) -> None:
+        self.scrapers = [Scraper(t, store, ingest) for t in targets]
 
     def start(self) -> None:
         for s in self.scrapers:

@@ -27,14 +27,14 @@ from collector.otlp_codec import PayloadError
 from collector.otlp_traces_wire import TracesRequest
 from collector.phase_spans import PhaseSpans
 from collector.tail_sampler import TailSampler, TailSamplingConfig
-from collector.trace_exporter import TraceExporter
+from collector.otlp_exporter import OtlpExporter
 from collector.trace_store_writer import TraceStoreWriter
 from otel_llm.exposition import label_text
 from otel_llm.instruments import Kind
 
 
 class TracePipeline:
-    def __init__(self, exporters: Sequence[TraceExporter | TraceStoreWriter],
+    def __init__(self, exporters: Sequence[OtlpExporter | TraceStoreWriter],
                  sampling: TailSamplingConfig | None = None, phase_spans: bool = True) -> None:
         self.exporters = tuple(exporters)
         self.sampler = None if sampling is None else TailSampler(sampling, self._export)

@@ -70,6 +70,23 @@ def test_print_otelcol_config_carries_the_trace_flags():
     assert "Traces:" in done.stdout.split("\nreceivers:")[0]
 
 
+def test_metrics_to_forwards_canonical_metrics_and_is_in_the_printed_config():
+    args = build_parser().parse_args(["collector", "--metrics-to", "grpc://mimir:4317", "--metrics-to", "http://m:4318"])
+    config = config_from_args(args)
+    assert config.metrics_to == ("grpc://mimir:4317", "http://m:4318")
+    assert [(c.name, c.endpoint, c.signal) for c in config.metric_exporter_configs()] == [
+        ("otlp/metrics/0", "mimir:4317", "metrics"), ("otlphttp/metrics/1", "http://m:4318/v1/metrics", "metrics")]
+    done = collector_cli("--print-otelcol-config", "--metrics-to", "grpc://mimir:4317", "--metrics-to", "http://m:4318")
+    assert done.returncode == 0, done.stderr
+    printed = yaml.safe_load(done.stdout)
+    assert printed["service"]["pipelines"]["metrics/otlp"] == {
+        "receivers": ["otlp"], "processors": ["memory_limiter", "batch"],
+        "exporters": ["otlp/metrics/0", "otlphttp/metrics/1"]}  # canonical names: no renames on this pipeline
+    assert printed["exporters"]["otlphttp/metrics/1"] == {"metrics_endpoint": "http://m:4318/v1/metrics"}
+    bad = collector_cli("--metrics-to", "ftp://x")
+    assert bad.returncode == 2 and "--metrics-to" in bad.stderr
+
+
 def test_print_otelcol_config_trace_flags_need_an_exporter():
     for flags in (("--tail-sampling",), ("--storage-dir", "/q")):
         done = collector_cli("--print-otelcol-config", *flags)

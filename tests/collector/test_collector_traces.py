@@ -103,7 +103,7 @@ def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
     """One backend accepts connections and never answers: the healthy one still gets every span at once,
     the stalled one's queue stays within its bounds, and what it cannot keep is counted."""
     from collector.exporter_queue import QueueConfig
-    from collector.trace_exporter import TraceExporter, TraceExporterConfig
+    from collector.otlp_exporter import OtlpExporter, OtlpExporterConfig
     from collector.trace_pipeline import TracePipeline
     from tests.collector.test_trace_exporter import spans_request
     from tests.harness.scripted_http import ScriptedReceiver
@@ -113,8 +113,8 @@ def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
     healthy = MemorySink()
     body = spans_request(100)
     with OtlpReceiver(healthy) as backend:
-        exporters = [TraceExporter(TraceExporterConfig(f"{backend.endpoint}/v1/traces", name="otlphttp/0")),
-                     TraceExporter(TraceExporterConfig(stalled.url, name="otlphttp/1", timeout_s=30,
+        exporters = [OtlpExporter(OtlpExporterConfig(f"{backend.endpoint}/v1/traces", name="otlphttp/0")),
+                     OtlpExporter(OtlpExporterConfig(stalled.url, name="otlphttp/1", timeout_s=30,
                                                        queue=QueueConfig(queue_size=5, max_bytes=4 * len(body))))]
         pipeline = TracePipeline(exporters)
         for e in exporters:

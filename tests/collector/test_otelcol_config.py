@@ -60,8 +60,8 @@ DOCUMENTED = {
         "(`storage`; the queue is on by default: factory.go configoptional.Some), exporterhelper/README.md "
         "(Persistent Queue); deprecated type alias of otlp_grpc since v0.144.0"),
     ("exporters", "otlphttp"): (
-        {"traces_endpoint", "sending_queue.storage"},
-        f"{CORE}: exporter/otlphttpexporter/config.go (TracesEndpoint, used as is; Validate: one endpoint "
+        {"traces_endpoint", "metrics_endpoint", "sending_queue.storage"},
+        f"{CORE}: exporter/otlphttpexporter/config.go (TracesEndpoint, MetricsEndpoint, used as is; Validate: one endpoint "
         "suffices), README.md, exporter/exporterhelper/internal/queuebatch/config.go (`storage`); deprecated "
         "type alias of otlp_http since v0.144.0"),
     ("extensions", "file_storage"): (
@@ -232,7 +232,8 @@ def test_renames_are_the_profiles(profile_name):
 
 
 TRACES = {"traces_to": ("grpc://jaeger:4317", "http://tempo:4318", "https://t.example/otlp/v1/traces"),
-          "storage_dir": "/var/lib/otelcol/queues", "tail_sampling": TailSamplingConfig()}
+          "storage_dir": "/var/lib/otelcol/queues", "tail_sampling": TailSamplingConfig(),
+          "metrics_to": ("grpc://mimir:4317", "http://mimir:4318")}
 
 
 @pytest.mark.parametrize("traces", [{"traces_endpoint": "jaeger:4317"}, TRACES], ids=["endpoint", "all_flags"])

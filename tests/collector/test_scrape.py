@@ -226,7 +226,7 @@ def test_bad_targets_are_bounded_reported_and_never_stall_a_good_one(targets):
 def test_series_a_target_stops_exposing_are_dropped_and_a_failed_scrape_keeps_only_up(targets):
     t = targets(body="# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n")
     store = MetricStore(StoreConfig())
-    scraper = Scraper(ScrapeTarget(t.url, "t", 60, 5), store, lambda accepted, refused: None)  # driven by hand
+    scraper = Scraper(ScrapeTarget(t.url, "t", 60, 5), store)  # driven by hand
 
     def render():
         return exposition.render(store, False, ()).decode()
@@ -325,3 +325,33 @@ def test_a_slow_dribbling_target_is_cut_at_the_timeout():
         fetch(ScrapeTarget(f"http://127.0.0.1:{server.getsockname()[1]}/metrics", "j", 1.0, 0.5))
     assert time.monotonic() - t0 < 1.5
     server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_scraped_metrics_go_out_over_otlp_under_canonical_names(targets, transport):
+    """--metrics-to: a second collector receives what the first one scraped, as canonical OTLP metrics,
+    and serves them under its own profile with vLLM's values."""
+    t = targets(body=VLLM_TEXT)
+    downstream = CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0,
+                                 store=StoreConfig(profile="otel"))
+    with Collector(downstream) as b:
+        url = f"{b.http.endpoint}/v1/metrics" if transport == "http" else f"grpc://{b.grpc.endpoint}"
+        config = CollectorConfig(otlp_http_port=None, otlp_grpc_port=0, prometheus_port=0, metrics_to=(url,),
+                                 scrape_targets=(ScrapeTarget(t.url, "vllm", 0.5, 0.5),))
+        with Collector(config) as a:
+            deadline = time.time() + 10
+            while value(b.render().decode(), "up", job="vllm") != 1.0 and time.time() < deadline:
+                time.sleep(0.2)
+            mine = a.render().decode()
+        text = b.render().decode()
+    base = (("engine", "0"), ("model_name", "tiny-llama"))
+    want = samples(VLLM_TEXT)
+    assert value(text, "otel_llm_usage_generation_tokens_total", job="vllm", instance=t.url.split("/")[2]) == \
+        want[("vllm:generation_tokens_total", base)]
+    assert value(text, "gen_ai_server_time_to_first_token_seconds_count", job="vllm") == \
+        want[("vllm:time_to_first_token_seconds_count", base)]
+    assert value(text, "vllm:engine_sleep_state", job="vllm", sleep_state="awake") == 1.0  # passed through
+    exporter = "otlphttp/metrics/0" if transport == "http" else "otlp/metrics/0"
+    assert value(mine, "otelcol_exporter_sent_metric_points_total", exporter=exporter) > 0
+    assert value(mine, "otelcol_exporter_send_failed_metric_points_total", exporter=exporter) == 0

@@ -18,7 +18,7 @@ from collector.exporter_queue import QueueConfig, RetryConfig
 from collector.memory_sink import MemorySink
 from collector.otlp_grpc_receiver import OtlpGrpcReceiver
 from collector.otlp_receiver import OtlpReceiver
-from collector.trace_exporter import TraceExporter, TraceExporterConfig
+from collector.otlp_exporter import OtlpExporter, OtlpExporterConfig
 from tests.harness.scripted_http import ScriptedReceiver
 
 FAST_RETRY = RetryConfig(initial_interval_s=0.01, max_interval_s=0.05, max_elapsed_time_s=3.0)
@@ -43,9 +43,9 @@ def wait_for(predicate, timeout_s: float = 10.0) -> None:
         time.sleep(0.005)
 
 
-def exporter(url: str, **kwargs) -> TraceExporter:
+def exporter(url: str, **kwargs) -> OtlpExporter:
     kwargs.setdefault("retry", FAST_RETRY)
-    return TraceExporter(TraceExporterConfig(url, **kwargs))
+    return OtlpExporter(OtlpExporterConfig(url, **kwargs))
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -54,7 +54,7 @@ def test_delivers_every_span_and_merges_what_waits(transport):
     receiver = OtlpReceiver(sink) if transport == "http" else OtlpGrpcReceiver(sink)
     with receiver:
         url = f"{receiver.endpoint}/v1/traces" if transport == "http" else f"grpc://{receiver.endpoint}"
-        e = exporter(url, max_batch_spans=512)
+        e = exporter(url, max_batch=512)
         for i in range(5):  # queued before the sender starts: merged into one request of 500
             e.export(spans_request(100, first=100 * i), 100)
         e.export(spans_request(600, first=500), 600)  # more than a batch alone: sent alone
@@ -154,10 +154,10 @@ def test_a_down_backend_bounds_the_queue_and_counts_what_it_refuses():
 ])
 def test_bad_urls_are_named(url, named):
     with pytest.raises(ValueError, match=named):
-        TraceExporterConfig(url)
+        OtlpExporterConfig(url)
 
 
 def test_endpoints():
-    assert TraceExporterConfig("http://j:4318").endpoint == "http://j:4318/v1/traces"
-    assert TraceExporterConfig("https://j/custom/path").endpoint == "https://j/custom/path"
-    assert TraceExporterConfig("grpc://j:4317").endpoint == "j:4317"
+    assert OtlpExporterConfig("http://j:4318").endpoint == "http://j:4318/v1/traces"
+    assert OtlpExporterConfig("https://j/custom/path").endpoint == "https://j/custom/path"
+    assert OtlpExporterConfig("grpc://j:4317").endpoint == "j:4317"

@@ -1,11 +1,11 @@
-"""OTLP trace exporter: ExportTraceServiceRequest bytes -> one trace backend, over OTLP/HTTP
-protobuf (``http(s)://host:port[/path]``, ``/v1/traces`` when no path is given) or OTLP/gRPC
-(``grpc://host:port``, plain text).
+"""OTLP exporter: Export{Trace,Metrics}ServiceRequest bytes -> one backend, over OTLP/HTTP
+protobuf (``http(s)://host:port[/path]``, ``/v1/traces`` or ``/v1/metrics`` when no path is
+given) or OTLP/gRPC (``grpc://host:port``, plain text); ``signal`` says which.
 
 `export` offers the request as it was received (never decoded again) to this backend's own
 `ExporterQueue`; the queue's thread merges the requests waiting behind one into batches of up
-to ``max_batch_spans`` (serialized requests concatenate into one: protobuf appends their
-repeated ``resource_spans``) and sends them. What is retried is what the OTLP specification
+to ``max_batch`` spans or points (serialized requests concatenate into one: protobuf appends
+their repeated ``resource_spans``/``resource_metrics``) and sends them. What is retried is what the OTLP specification
 calls retryable: HTTP 429, 502, 503, 504 (no sooner than ``Retry-After``) and network errors;
 gRPC CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS, and
 RESOURCE_EXHAUSTED when the server sends a ``RetryInfo`` (its delay is honoured). Anything
@@ -34,7 +34,10 @@ from otel_llm import __version__
 
 logger = logging.getLogger(__name__)
 
-_GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_SIGNALS = {  # signal -> (HTTP path, gRPC method, the records' unit)
+    "traces": ("/v1/traces", "/opentelemetry.proto.collector.trace.v1.TraceService/Export", "spans"),
+    "metrics": ("/v1/metrics", "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export", "metric points"),
+}
 _RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
 _RETRYABLE_GRPC = frozenset({
     grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
@@ -45,11 +48,12 @@ DISK_QUEUE = QueueConfig(queue_size=1_000_000, max_bytes=4 * 1024**3)  # per bac
 
 
 @dataclass(frozen=True)
-class TraceExporterConfig:
+class OtlpExporterConfig:
     url: str  # http(s)://host:port[/path] or grpc://host:port
     name: str = "otlp"  # id in logs and self-telemetry, e.g. "otlphttp/0"
     timeout_s: float = 10.0  # per send (HTTP: per socket operation; gRPC: the RPC's deadline)
-    max_batch_spans: int = 512
+    max_batch: int = 512  # spans or metric points per send (whole requests: one larger one goes alone)
+    signal: str = "traces"  # or "metrics"
     queue: QueueConfig = QueueConfig(queue_size=1000, max_bytes=64 * 1024 * 1024)
     retry: RetryConfig = RetryConfig()
     headers: tuple[tuple[str, str], ...] = ()  # extra ones (HTTP headers, gRPC metadata)
@@ -63,14 +67,16 @@ class TraceExporterConfig:
             except ValueError:
                 port = None
             if not parts.hostname or port is None or parts.path not in ("", "/"):
-                raise ValueError(f"TraceExporterConfig.url: {self.url!r} is not grpc://host:port")
+                raise ValueError(f"OtlpExporterConfig.url: {self.url!r} is not grpc://host:port")
         else:
-            check_http_url(self.url, "TraceExporterConfig.url (http(s)://host:port[/path] or grpc://host:port)")
+            check_http_url(self.url, "OtlpExporterConfig.url (http(s)://host:port[/path] or grpc://host:port)")
         if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
-            raise ValueError(f"TraceExporterConfig.timeout_s must be > 0, got {self.timeout_s!r}")
-        if not (isinstance(self.max_batch_spans, int) and self.max_batch_spans >= 1):
-            raise ValueError(f"TraceExporterConfig.max_batch_spans must be an int >= 1, got {self.max_batch_spans!r}")
-        check_headers(self.headers, _RESERVED_HEADERS, "TraceExporterConfig.headers")
+            raise ValueError(f"OtlpExporterConfig.timeout_s must be > 0, got {self.timeout_s!r}")
+        if not (isinstance(self.max_batch, int) and self.max_batch >= 1):
+            raise ValueError(f"OtlpExporterConfig.max_batch must be an int >= 1, got {self.max_batch!r}")
+        if self.signal not in _SIGNALS:
+            raise ValueError(f"OtlpExporterConfig.signal must be one of {tuple(_SIGNALS)}, got {self.signal!r}")
+        check_headers(self.headers, _RESERVED_HEADERS, "OtlpExporterConfig.headers")
 
     @property
     def grpc(self) -> bool:
@@ -82,18 +88,17 @@ class TraceExporterConfig:
         if self.grpc:
             return self.url.removeprefix("grpc://").rstrip("/")
         parts = urllib.parse.urlsplit(self.url)
-        return self.url if parts.path not in ("", "/") else self.url.rstrip("/") + "/v1/traces"
+        return self.url if parts.path not in ("", "/") else self.url.rstrip("/") + _SIGNALS[self.signal][0]
 
 
-class TraceExporter:
+class OtlpExporter:
     """Sends to one backend from its own queue and thread. `export`, `stats` and `stop` may be
     called from any thread."""
 
-    data_type = "traces"
-
-    def __init__(self, config: TraceExporterConfig) -> None:
+    def __init__(self, config: OtlpExporterConfig) -> None:
         self.config = config
         self.name = config.name
+        self.data_type = config.signal
         headers = {**dict(config.headers), "User-Agent": f"otel-llm/{__version__}"}
         self._http = None if config.grpc else HttpSender(
             config.endpoint, config.timeout_s, {**headers, "Content-Type": "application/x-protobuf"})
@@ -101,18 +106,19 @@ class TraceExporter:
         self._channel: grpc.Channel | None = None
         self._channel_lock = threading.Lock()
         storage = None if config.storage_dir is None else SqliteStorage(
-            storage_path(Path(config.storage_dir), "traces", config.endpoint))
+            storage_path(Path(config.storage_dir), config.signal, config.endpoint))
+        _, self._method, unit = _SIGNALS[config.signal]
         self._queue: ExporterQueue[bytes] = ExporterQueue(
-            self.name, self._send, config.queue, config.retry, unit="spans",
-            batch=Batch(config.max_batch_spans, b"".join), storage=storage)
+            self.name, self._send, config.queue, config.retry, unit=unit,
+            batch=Batch(config.max_batch, b"".join), storage=storage)
 
     def start(self) -> None:
         self._queue.start()
 
-    def export(self, request: bytes, spans: int) -> None:
-        """Queue one serialized ExportTraceServiceRequest carrying ``spans``; never blocks, never
-        raises. When the queue is full the spans are counted ``enqueue_failed`` and dropped."""
-        self._queue.offer(request, spans, len(request))
+    def export(self, request: bytes, records: int) -> None:
+        """Queue one serialized request carrying ``records`` spans or points; never blocks, never
+        raises. When the queue is full they are counted ``enqueue_failed`` and dropped."""
+        self._queue.offer(request, records, len(request))
 
     def stats(self) -> QueueStats:
         return self._queue.stats()
@@ -146,7 +152,7 @@ class TraceExporter:
         with self._channel_lock:
             if self._channel is None:
                 self._channel = grpc.insecure_channel(self.config.endpoint)
-            export = self._channel.unary_unary(_GRPC_METHOD, request_serializer=None, response_deserializer=None)
+            export = self._channel.unary_unary(self._method, request_serializer=None, response_deserializer=None)
         try:
             export(body, timeout=self.config.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
@@ -175,4 +181,4 @@ def _retry_delay_s(exc: grpc.RpcError) -> float | None:
     return None
 
 
-__all__ = ["TraceExporter", "TraceExporterConfig"]
+__all__ = ["OtlpExporter", "OtlpExporterConfig"]
