@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness.ports import free_port
-from tests.harness.prometheus import promtool_check_metrics
+from tests.harness.prometheus import PrometheusServer, promtool_check_metrics
 from tests.vllm.harness import REPO, VllmServer, ensure_tiny_model, ensure_vllm_venv
 
 pytestmark = pytest.mark.slow
@@ -108,16 +108,45 @@ def wait_idle(url: str, timeout: float = 30.0) -> str:
 
 
 @pytest.fixture(scope="module")
-def add_run(model_dir, tmp_path_factory):
+def restart_watch():
+    """One vLLM port watched for the whole module: a collector scraping it, a real Prometheus scraping the
+    collector. add_run's vLLM and then replace_run's serve on that port in turn: the target restarts."""
+    port = free_port()
+    collector = start_collector("--scrape-target", f"vllm=http://127.0.0.1:{port}/metrics", "--scrape-interval", "1s")
+    prometheus = PrometheusServer(f"127.0.0.1:{collector.prom}", honor_labels=True)
+    try:
+        prometheus.start()
+        yield SimpleNamespace(port=port, prometheus=prometheus)
+    finally:
+        prometheus.stop()
+        collector.proc.terminate()
+        collector.proc.wait(10)
+
+
+def seen_by_prometheus(watch: SimpleNamespace, vllm_text: str, timeout: float = 20) -> float:
+    """Wait until Prometheus (through the scraping collector) has vLLM's current request total; return it."""
+    want = sum(v for (name, _), v in samples(vllm_text).items() if name == "vllm:request_success_total")
+    deadline = time.time() + timeout
+    while True:
+        got = watch.prometheus.query('sum(vllm:request_success_total{job="vllm"})')
+        if (got and float(got[0]["value"][1]) == want) or time.time() > deadline:
+            assert got and float(got[0]["value"][1]) == want, (got, want)
+            return want
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def add_run(model_dir, tmp_path_factory, restart_watch):
     """vLLM in add mode pushing metrics to the collector, and its spans too (--otlp-traces-endpoint, gRPC),
-    which the collector keeps in its trace store (derived phase spans added) behind Jaeger's API."""
+    which the collector keeps in its trace store (derived phase spans added) behind Jaeger's API. The
+    collector stays up for the tests; vLLM stops at the end of the fixture (replace_run takes its port)."""
     collector = start_collector("--trace-store", str(tmp_path_factory.mktemp("traces")))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
            "OTEL_LLM_VLLM_METRICS": None, "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1",
            "OTEL_SERVICE_NAME": SERVICE, "OTEL_BSP_SCHEDULE_DELAY": "200"}
     try:
-        with VllmServer(model_dir, env=env, args=["--otlp-traces-endpoint", f"http://127.0.0.1:{collector.grpc}"]
-                        ) as server:
+        with VllmServer(model_dir, port=restart_watch.port, env=env,
+                        args=["--otlp-traces-endpoint", f"http://127.0.0.1:{collector.grpc}"]) as server:
             answers, latencies = deterministic_load(server.url)
             after_deterministic = wait_idle(server.url)
             openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0).completions.create(
@@ -127,9 +156,11 @@ def add_run(model_dir, tmp_path_factory):
             vllm_text = wait_idle(server.url)
             got = collector_caught_up(collector.prom, samples(vllm_text))
             scraped = scrape_with_collectors(server.url, vllm_text)
-            yield {"answers": answers, "latencies": latencies, "deterministic": after_deterministic,
-                   "vllm": vllm_text, "collector": got, "log": server.log_text(),
-                   "jaeger": f"http://127.0.0.1:{collector.jaeger}", "scraped": scraped, "url": server.url}
+            seen_by_prometheus(restart_watch, vllm_text)
+            log = server.log_text()
+        yield {"answers": answers, "latencies": latencies, "deterministic": after_deterministic,
+               "vllm": vllm_text, "collector": got, "log": log,
+               "jaeger": f"http://127.0.0.1:{collector.jaeger}", "scraped": scraped, "url": server.url}
     finally:
         collector.proc.terminate()
         collector.proc.wait(10)
@@ -159,7 +190,7 @@ def scrape_with_collectors(url: str, vllm_text: str) -> dict[str, str]:
                     text = httpx.get(f"http://127.0.0.1:{c.prom}/metrics").text
                 except httpx.HTTPError:
                     text = ""
-                if 'up{job="vllm"' in text or time.time() > deadline:
+                if f'up{{job="vllm",instance="{url.removeprefix("http://")}"}} 1' in text or time.time() > deadline:
                     break
                 time.sleep(0.3)
             out[profile] = text
@@ -311,15 +342,16 @@ class HangingEndpoint:
 
 
 @pytest.fixture(scope="module")
-def replace_run(model_dir, add_run):
+def replace_run(model_dir, add_run, restart_watch):
     hang = HangingEndpoint()
     env = {"OTEL_LLM_VLLM_METRICS": "replace", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hang.port}",
            "OTEL_METRIC_EXPORT_INTERVAL": "500", "VLLM_PLUGINS": None}
-    server = VllmServer(model_dir, env=env)
+    server = VllmServer(model_dir, port=restart_watch.port, env=env)  # add_run's port: the target restarted
     try:
         server.start()
         answers, latencies = deterministic_load(server.url)
         text = wait_idle(server.url)
+        seen_by_prometheus(restart_watch, text)
         openmetrics = httpx.get(server.url + "/metrics/", headers={"Accept": "application/openmetrics-text"}).text
         log = server.log_text()
     finally:
@@ -366,6 +398,29 @@ def test_a_hung_otlp_endpoint_changes_neither_answers_nor_latency_nor_shutdown(a
     slow, fast = statistics.median(replace_run["latencies"]), statistics.median(add_run["latencies"])
     assert slow <= 1.5 * fast + 0.05, (replace_run["latencies"], add_run["latencies"])
     assert replace_run["stop_s"] < 15, replace_run["stop_s"]
+
+
+def test_a_restarted_vllm_target_resets_its_counters_in_promql_increase(add_run, replace_run, restart_watch):
+    """The collector scraped one vLLM port through two vLLM lives (add_run's, then replace_run's): in a real
+    Prometheus reading the collector the counter reset once and increase() spans both lives."""
+    def length_total(text):
+        return sum(v for (name, labels), v in samples(text).items()
+                   if name == "vllm:request_success_total" and ("finished_reason", "length") in labels)
+    first, second = length_total(add_run["vllm"]), length_total(replace_run["text"])
+    assert first > second > 0
+    series = 'vllm:request_success_total{job="vllm",finished_reason="length"}'
+    prometheus = restart_watch.prometheus
+    assert prometheus.value(f"resets({series}[15m])") == 1.0
+    assert prometheus.value(f"max_over_time({series}[15m])") == first
+    assert prometheus.value(f"last_over_time({series}[15m])") == second  # (stale since: replace_run stopped it)
+    [raw] = prometheus.query(f"{series}[15m]")  # every sample Prometheus took through the collector
+    values = [float(v) for _, v in raw["values"]]
+    assert values[-1] == second and max(values) == first
+    # what increase() must count: life 1's growth from the first sample seen, then all of life 2 (a reset;
+    # without one it would be second - values[0]). Prometheus's extrapolation to the window only adds.
+    counted = first - values[0] + second
+    increase = prometheus.value(f"increase({series}[15m])")
+    assert counted <= increase <= 2 * counted + 2, (increase, values)
 
 
 def spread_load(url: str, n: int = 32) -> None:
