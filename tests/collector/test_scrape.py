@@ -355,3 +355,24 @@ def test_scraped_metrics_go_out_over_otlp_under_canonical_names(targets, transpo
     exporter = "otlphttp/metrics/0" if transport == "http" else "otlp/metrics/0"
     assert value(mine, "otelcol_exporter_sent_metric_points_total", exporter=exporter) > 0
     assert value(mine, "otelcol_exporter_send_failed_metric_points_total", exporter=exporter) == 0
+
+
+@pytest.mark.slow
+def test_scraped_series_are_remote_written_to_a_real_prometheus(targets, prometheus_server):
+    t = targets(body=VLLM_TEXT)
+    server = prometheus_server(None, extra_flags=("--web.enable-remote-write-receiver",))
+    config = CollectorConfig(otlp_http_port=None, otlp_grpc_port=0, prometheus_port=0,
+                             remote_write_urls=(server.url + "/api/v1/write",),
+                             scrape_targets=(ScrapeTarget(t.url, "vllm", 0.5, 0.5),))
+    want = samples(VLLM_TEXT)
+    base = (("engine", "0"), ("model_name", "tiny-llama"))
+    with Collector(config):
+        deadline = time.time() + 15
+        while not server.query('vllm:generation_tokens_total{job="vllm"}') and time.time() < deadline:
+            time.sleep(0.3)
+    instance = t.url.split("/")[2]
+    assert server.value(f'vllm:generation_tokens_total{{job="vllm",instance="{instance}"}}') == \
+        want[("vllm:generation_tokens_total", base)]
+    assert server.value('sum(vllm:e2e_request_latency_seconds_count{job="vllm"})') == \
+        want[("vllm:e2e_request_latency_seconds_count", base)]
+    assert server.value(f'up{{job="vllm",instance="{instance}"}}') == 1.0
