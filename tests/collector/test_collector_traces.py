@@ -58,6 +58,10 @@ def test_sdk_spans_reach_a_healthy_backend_at_once_and_a_recovered_one_after():
             got = {n: sorted(names(sink)) for n, sink in (("healthy", healthy), ("late", late))}
             assert got["healthy"] == got["late"] == sorted([f"over-http {i}" for i in range(300)] +
                                                           [f"over-grpc {i}" for i in range(200)])
+            sent = [f'otelcol_exporter_sent_spans_total{{exporter="{e}",data_type="traces"}}'
+                    for e in ("otlphttp/0", "otlp/1")]
+            # a backend has the spans a moment before its exporter's send returns and is counted
+            assert wait_until(lambda: all(own_metrics(collector)[k] == 500 for k in sent), timeout_s=10)
             own = own_metrics(collector)
     assert own['otelcol_receiver_accepted_spans_total{receiver="otlp",transport="http"}'] == 300
     assert own['otelcol_receiver_accepted_spans_total{receiver="otlp",transport="grpc"}'] == 200
