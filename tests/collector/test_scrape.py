@@ -339,9 +339,13 @@ def test_scraped_metrics_go_out_over_otlp_under_canonical_names(targets, transpo
         url = f"{b.http.endpoint}/v1/metrics" if transport == "http" else f"grpc://{b.grpc.endpoint}"
         config = CollectorConfig(otlp_http_port=None, otlp_grpc_port=0, prometheus_port=0, metrics_to=(url,),
                                  scrape_targets=(ScrapeTarget(t.url, "vllm", 0.5, 0.5),))
+        exporter = "otlphttp/metrics/0" if transport == "http" else "otlp/metrics/0"
         with Collector(config) as a:
             deadline = time.time() + 10
-            while value(b.render().decode(), "up", job="vllm") != 1.0 and time.time() < deadline:
+            while time.time() < deadline and not (  # (b has the points a moment before a's send is counted)
+                    value(b.render().decode(), "up", job="vllm") == 1.0
+                    and (value(a.render().decode(), "otelcol_exporter_sent_metric_points_total", exporter=exporter)
+                         or 0) > 0):
                 time.sleep(0.2)
             mine = a.render().decode()
         text = b.render().decode()
@@ -352,7 +356,6 @@ def test_scraped_metrics_go_out_over_otlp_under_canonical_names(targets, transpo
     assert value(text, "gen_ai_server_time_to_first_token_seconds_count", job="vllm") == \
         want[("vllm:time_to_first_token_seconds_count", base)]
     assert value(text, "vllm:engine_sleep_state", job="vllm", sleep_state="awake") == 1.0  # passed through
-    exporter = "otlphttp/metrics/0" if transport == "http" else "otlp/metrics/0"
     assert value(mine, "otelcol_exporter_sent_metric_points_total", exporter=exporter) > 0
     assert value(mine, "otelcol_exporter_send_failed_metric_points_total", exporter=exporter) == 0
 
