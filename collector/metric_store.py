@@ -188,7 +188,8 @@ class MetricStore:
         elif kind in ("sum", "histogram"):
             monotonic, temporality = kind == "sum" and data.is_monotonic, data.aggregation_temporality
             if temporality not in (wire.DELTA, wire.CUMULATIVE):
-                return 0, len(points), f"{name}: aggregation temporality unspecified"
+                return 0, len(points), (f"{name}: aggregation temporality {temporality} is neither delta nor "
+                                        "cumulative" if temporality else f"{name}: aggregation temporality unspecified")
         else:
             return 0, len(points), f"{name}: {kind} points are not supported (use explicit buckets)"
         known = self._known.get((resource_key, scope, name, kind, monotonic))

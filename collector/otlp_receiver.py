@@ -11,8 +11,11 @@ encoding), with a ``google.rpc.Status`` carrying the reason in the request's
 encoding (plain text when the content type is unknown).
 
 Threads: one server thread accepts; each connection gets its own daemon
-thread, which calls the sink. The sink must be thread-safe; if it raises, the
-request answers 500 and the exception is logged.
+thread, which calls the sink, up to ``max_connections`` at once (a connection
+beyond that gets a 503 with ``Retry-After: 1`` and is closed at once, so a
+client still sending may see the connection reset instead: OTLP clients retry
+either; counted in `stats().refused_connections`). The sink must be
+thread-safe; if it raises, the request answers 500 and the exception is logged.
 """
 
 import enum
@@ -102,6 +105,7 @@ class OtlpReceiverConfig:
     max_body_bytes: int = 16 * 1024 * 1024  # applies before and after decompression
     request_timeout_s: float = 10.0  # socket timeout per connection read
     signals: frozenset[Signal] = frozenset(Signal)  # others answer 404
+    max_connections: int = 256  # connections served at once (one thread each); more are answered 503
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -116,12 +120,15 @@ class OtlpReceiverConfig:
             raise ValueError(
                 f"OtlpReceiverConfig.request_timeout_s must be > 0, got {self.request_timeout_s!r}"
             )
+        if not (isinstance(self.max_connections, int) and self.max_connections >= 1):
+            raise ValueError(f"OtlpReceiverConfig.max_connections must be an int >= 1, got {self.max_connections!r}")
 
 
 class ReceiverStats(NamedTuple):
     accepted: int  # requests handed to the sink
     rejected: int  # answered 4xx
     failed: int  # the sink raised (500)
+    refused_connections: int = 0  # beyond max_connections: answered 503 and closed
 
 
 class OtlpReceiver:
@@ -155,6 +162,7 @@ class OtlpReceiver:
             {"receiver": self, "timeout": self.config.request_timeout_s},
         )
         self._server = _Server((self.config.host, self.config.port), handler)
+        self._server.slots = threading.BoundedSemaphore(self.config.max_connections)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},  # bounds how long stop() waits
@@ -186,7 +194,8 @@ class OtlpReceiver:
 
     def stats(self) -> ReceiverStats:
         with self._stats_lock:
-            return ReceiverStats(self._accepted, self._rejected, self._failed)
+            refused = self._server.refused if self._server is not None else 0
+            return ReceiverStats(self._accepted, self._rejected, self._failed, refused)
 
     def _count(self, status: int) -> None:
         with self._stats_lock:
@@ -204,6 +213,27 @@ class _ClientGone(Exception):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    slots: threading.BoundedSemaphore
+    refused = 0
+    _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
+             b"Connection: close\r\n\r\n")
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):  # every connection thread busy: say so, and close
+            self.refused += 1
+            try:
+                request.sendall(self._BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that vanishes or times out mid-request is not our error.

@@ -159,13 +159,22 @@ def attributes(key_values: Iterable[KeyValue]) -> Attributes:
     return MappingProxyType({kv.key: any_value(kv.value) for kv in key_values})
 
 
+def _enum_name(enum, value: int, prefix: str) -> str:
+    """An OTLP enum value's name without its prefix; a value this proto version does not know (a newer
+    sender's, valid on the wire as OTLP requires) is kept as its number, e.g. "999"."""
+    try:
+        return enum.Name(value).removeprefix(prefix)
+    except ValueError:
+        return str(value)
+
+
 def _span(span: trace_pb2.Span, resource: Attributes, scope: str) -> SpanRecord:
     return SpanRecord(
         name=span.name,
         trace_id=span.trace_id.hex(),
         span_id=span.span_id.hex(),
         parent_span_id=span.parent_span_id.hex(),
-        kind=trace_pb2.Span.SpanKind.Name(span.kind).removeprefix("SPAN_KIND_"),
+        kind=_enum_name(trace_pb2.Span.SpanKind, span.kind, "SPAN_KIND_"),
         start_time_ns=span.start_time_unix_nano,
         end_time_ns=span.end_time_unix_nano,
         attributes=attributes(span.attributes),
@@ -176,9 +185,7 @@ def _span(span: trace_pb2.Span, resource: Attributes, scope: str) -> SpanRecord:
             SpanLink(link.trace_id.hex(), link.span_id.hex(), attributes(link.attributes))
             for link in span.links
         ),
-        status_code=trace_pb2.Status.StatusCode.Name(span.status.code).removeprefix(
-            "STATUS_CODE_"
-        ),
+        status_code=_enum_name(trace_pb2.Status.StatusCode, span.status.code, "STATUS_CODE_"),
         status_message=span.status.message,
         resource_attributes=resource,
         scope_name=scope,
@@ -190,9 +197,8 @@ def _metric(metric: metrics_pb2.Metric, resource: Attributes, scope: str) -> Met
     data = getattr(metric, kind) if kind else None
     temporality = None
     if kind in ("sum", "histogram", "exponential_histogram"):
-        temporality = metrics_pb2.AggregationTemporality.Name(
-            data.aggregation_temporality
-        ).removeprefix("AGGREGATION_TEMPORALITY_")
+        temporality = _enum_name(metrics_pb2.AggregationTemporality, data.aggregation_temporality,
+                                 "AGGREGATION_TEMPORALITY_")
     return MetricRecord(
         name=metric.name,
         kind=kind,

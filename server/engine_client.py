@@ -155,11 +155,12 @@ class EngineClient:
         `Rejected` or an `EngineDead`. Raises EngineDead if the engine is gone."""
         if self.dead_reason is not None:
             raise EngineDead(self.dead_reason)
+        command = ipc.encode_command(request)  # before anything is registered: a failure leaves no trace
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.rid] = queue
         self._fresh.add(request.rid)
         try:
-            self._conn.send_bytes(ipc.encode_command(request))
+            self._conn.send_bytes(command)
         except OSError as exc:
             self._drop(request.rid)
             raise EngineDead(f"cannot reach the engine: {exc}") from exc

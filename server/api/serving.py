@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -28,7 +29,10 @@ from server import ipc, protocol
 from server.api.errors import OpenAIError, bad_request
 from server.engine_client import EngineClient, EngineDead, Rejected
 
+logger = logging.getLogger(__name__)
 _REASONS = {int(r): r.name.lower() for r in FinishReason}
+_INT64 = (-(1 << 63), (1 << 63) - 1)  # what the engine's wire format (server/ipc.py) holds for a seed
+_INT32_MAX = (1 << 31) - 1  # ... and for top_k
 _DONE = "data: [DONE]\n\n"
 _TERMINAL = (int(FinishReason.ERROR), int(FinishReason.ABORT))
 
@@ -66,6 +70,7 @@ class OpenAIServing:
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.max_model_len = client.max_model_len
+        self.max_num_seqs = client.config.engine.max_num_seqs  # n above it could never run
         # Engine rids when Telemetry gives no handle (disabled, or its table is full):
         # negative, so they never collide with a handle.
         self._fallback_rids = itertools.count(-2, -1)
@@ -127,6 +132,10 @@ class OpenAIServing:
             raise bad_request(f"{max_tokens_param} must be at least 1, got {max_tokens}", max_tokens_param)
         if req.n < 1:
             raise bad_request(f"n must be at least 1, got {req.n}", "n")
+        if req.n > self.max_num_seqs:
+            raise bad_request(f"n must be at most {self.max_num_seqs} (the server's max_num_seqs), got {req.n}", "n")
+        if req.seed is not None and not _INT64[0] <= req.seed <= _INT64[1]:
+            raise bad_request(f"seed must be a 64-bit signed integer, got {req.seed}", "seed")
         temperature = 1.0 if req.temperature is None else req.temperature
         if not temperature >= 0:
             raise bad_request(f"temperature must be >= 0, got {req.temperature}", "temperature")
@@ -134,8 +143,8 @@ class OpenAIServing:
         if not 0 < top_p <= 1:
             raise bad_request(f"top_p must be in (0, 1], got {req.top_p}", "top_p")
         top_k = -1 if req.top_k is None else req.top_k
-        if top_k < -1:
-            raise bad_request(f"top_k must be -1 (off) or >= 0, got {req.top_k}", "top_k")
+        if not -1 <= top_k <= _INT32_MAX:
+            raise bad_request(f"top_k must be -1 (off) or in [0, {_INT32_MAX}], got {req.top_k}", "top_k")
         if req.logprobs:
             raise bad_request("logprobs are not supported", "logprobs")
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
@@ -182,6 +191,12 @@ class OpenAIServing:
             if rid > 0:
                 self.tel.fail(rid, FinishReason.ERROR)
             raise OpenAIError(503, f"the engine is not running: {exc}", code="engine_dead") from None
+        except Exception:  # nothing may stay registered: the request is finished as an error, counted
+            if rid > 0:
+                self.tel.fail(rid, FinishReason.ERROR)
+            logger.exception("request %s could not be handed to the engine", p.request_id)
+            raise OpenAIError(500, "internal error: the request could not be handed to the engine",
+                              code="internal_error") from None
         batches = self._batches(rid, queue, p.n)
         if p.stream:
             return StreamingResponse(self._sse(p, batches, chat), media_type="text/event-stream",

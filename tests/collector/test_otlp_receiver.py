@@ -1,4 +1,5 @@
 import gzip
+import time
 import json
 import socket
 import urllib.error
@@ -360,3 +361,52 @@ def test_stalled_client_is_dropped_and_receiver_survives() -> None:
             assert sock.recv(1024) == b""  # closed after the timeout, without an answer
         assert_still_serves(rx, sink)
         assert rx.stats() == ReceiverStats(accepted=1, rejected=0, failed=0)
+
+
+def test_connections_beyond_the_cap_get_503_and_the_receiver_recovers() -> None:
+    sink = MemorySink()
+    with OtlpReceiver(sink, OtlpReceiverConfig(max_connections=3, request_timeout_s=5)) as rx:
+        host, port = rx.endpoint.removeprefix("http://").split(":")
+        idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(3)]  # hold every thread
+        try:
+            time.sleep(0.2)
+            try:  # a 503, or the connection closed before the client finished sending: both retryable
+                status = post(f"{rx.endpoint}/v1/traces", one_span_protobuf(),
+                              {"Content-Type": "application/x-protobuf"})[0]
+            except (urllib.error.URLError, ConnectionError):
+                status = 503
+            assert status == 503
+            assert rx.stats().refused_connections == 1 and sink.received_spans() == ()  # no fourth thread
+        finally:
+            for s in idle:
+                s.close()
+        deadline = time.time() + 5
+        while time.time() < deadline:  # the held threads notice their closed connections and end
+            if post(f"{rx.endpoint}/v1/traces", one_span_protobuf(), {"Content-Type": "application/x-protobuf"})[0] == 200:
+                break
+            time.sleep(0.1)
+        assert len(sink.received_spans()) == 1
+
+
+@pytest.mark.parametrize("field", ["kind", "status", "temporality"])
+def test_unknown_enum_values_from_a_newer_sender_are_accepted(receiver: OtlpReceiver, sink: MemorySink, field) -> None:
+    """Valid on the wire (OTLP enums are open): kept as the number, never a 500."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    if field == "temporality":
+        request = ExportMetricsServiceRequest()
+        metric = request.resource_metrics.add().scope_metrics.add().metrics.add(name="m")
+        metric.sum.aggregation_temporality = 99
+        metric.sum.data_points.add(as_int=1)
+        status, _, _ = post(f"{receiver.endpoint}/v1/metrics", request.SerializeToString(),
+                            {"Content-Type": "application/x-protobuf"})
+        assert status == 200 and sink.received_metrics()[0].temporality == "99"
+        return
+    request = ExportTraceServiceRequest.FromString(one_span_protobuf())
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    span.kind, span.status.code = (999, 0) if field == "kind" else (1, 7)
+    status, _, _ = post(f"{receiver.endpoint}/v1/traces", request.SerializeToString(),
+                        {"Content-Type": "application/x-protobuf"})
+    assert status == 200
+    [got] = sink.received_spans()
+    assert (got.kind, got.status_code) == (("999", "UNSET") if field == "kind" else ("INTERNAL", "7"))

@@ -37,6 +37,12 @@ MSG = [{"role": "user", "content": "hi"}]
     (CMPL, {"model": "dummy", "prompt": "x", "temperature": -1}, 400, "temperature", ""),
     (CMPL, {"model": "dummy", "prompt": "x", "top_p": 0}, 400, "top_p", ""),
     (CMPL, {"model": "dummy", "prompt": "x", "n": 0}, 400, "n", ""),
+    (CMPL, {"model": "dummy", "prompt": "x", "n": 2**32}, 400, "n", "max_num_seqs"),
+    (CMPL, {"model": "dummy", "prompt": "x", "n": 65}, 400, "n", "at most 64"),
+    (CMPL, {"model": "dummy", "prompt": "x", "seed": 2**80}, 400, "seed", "64-bit"),
+    (CHAT, {"model": "dummy", "messages": MSG, "seed": -2**70}, 400, "seed", "64-bit"),
+    (CMPL, {"model": "dummy", "prompt": "x", "top_k": 2**40}, 400, "top_k", str(2**40)),
+    (CMPL, {"model": "dummy", "prompt": "x", "max_tokens": 2**80}, 400, "max_tokens", "maximum context length"),
     (CMPL, {"model": "dummy", "prompt": ""}, 400, "prompt", "empty"),
     (CMPL, {"model": "dummy", "prompt": [999999]}, 400, "prompt", "999999"),
     (CMPL, {"model": "dummy", "prompt": "x" * 3000}, 400, "prompt", "maximum context length is 2048"),
@@ -68,6 +74,27 @@ def test_openai_client_raises_typed_errors(shared_server):
         # and it keeps serving
         r = c.chat.completions.create(model="dummy", messages=MSG, max_tokens=3, extra_body={"ignore_eos": True})
         assert r.usage.completion_tokens == 3
+
+
+def test_out_of_range_integers_leave_nothing_behind(shared_server):
+    """Integers beyond what the engine's wire holds get a 400 naming the field (not a 500), and nothing stays
+    registered or counted: in-flight back to 0, request counts unchanged, the server keeps answering."""
+    def counted() -> float:
+        text = httpx.get(f"{shared_server.url}/metrics", timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("vllm:request_success_total{"))
+    before = counted()
+    with openai.OpenAI(base_url=f"{shared_server.url}/v1", api_key="x", max_retries=0) as c:
+        for i, extra in enumerate(({"seed": 2**80}, {"seed": -2**70}, {"top_k": 2**40}, {"n": 2**32}) * 25):
+            field = next(iter(extra))
+            kwargs = {"extra_body": extra} if field == "top_k" else extra
+            with pytest.raises(openai.BadRequestError) as exc:
+                c.completions.create(model="dummy", prompt=f"q{i}", max_tokens=2, **kwargs)
+            assert exc.value.body["param"] == field
+        r = c.completions.create(model="dummy", prompt="ok", max_tokens=2, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 2
+    assert shared_server.health().json()["in_flight"] == 0
+    assert counted() == before + 1
 
 
 def test_still_serving_after_bad_requests(shared_server):
