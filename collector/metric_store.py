@@ -308,7 +308,6 @@ class MetricStore:
         return counts.astype("<u8").tobytes(), ""
 
     def _new_series(self, metric: MetricSeries, attributes: tuple, resource: ResourceInfo, route: Route):
-        name = metric.key[2]
         if self._num_series >= self.config.max_series:
             return None, f"the collector holds its limit of {self.config.max_series} series"
         limit = self.config.cardinality_limit
