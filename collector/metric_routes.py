@@ -91,6 +91,12 @@ def resource_info(raw: bytes) -> ResourceInfo:
     return ResourceInfo(job, instance, other + pairs, pairs)
 
 
+def _exported(pairs: Pairs, ours: Pairs) -> Pairs:
+    """`pairs` with a label that one of `ours` also names renamed `exported_<label>`, as Prometheus does."""
+    reserved = {label for label, _ in ours}
+    return tuple(("exported_" + k if k in reserved else k, v) for k, v in pairs)
+
+
 def _merged(items) -> tuple[tuple[str, str], ...]:
     """Attributes -> label pairs sorted by label; keys that sanitize alike join values with ';'
     in the order of their original keys (the specification's collision rule)."""
@@ -117,17 +123,14 @@ class Route:
         """(labels of the series, labels of empty siblings to pre-create)."""
         attrs = {kv.key: attribute_text(kv.value) for kv in key_values}
         if self.profile is None:
-            pairs = _merged((k, v) for k, v in attrs.items())
-            reserved = {label for label, _ in self.scope_pairs + resource.pairs}
-            pairs = tuple(("exported_" + k if k in reserved else k, v) for k, v in pairs)
+            pairs = _exported(_merged(attrs.items()), self.scope_pairs + resource.pairs)
             return pairs + self.scope_pairs + resource.pairs, ()
         profile, fam, inst = self.profile, self.profile_family, self.instrument
         if inst.name == CACHE_CONFIG_INFO:
-            reserved = {label for label, _ in resource.pairs} | {profile.engine_label}
-            base = tuple((k[len(CACHE_CONFIG_PREFIX):], v) for k, v in sorted(attrs.items())
-                         if k.startswith(CACHE_CONFIG_PREFIX))
-            base = tuple(("exported_" + k if k in reserved else k, v) for k, v in base)  # as Prometheus does
-            return base + ((profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")),) + resource.pairs, ()
+            engine = ((profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")),)
+            base = _exported(tuple((k[len(CACHE_CONFIG_PREFIX):], v) for k, v in sorted(attrs.items())
+                                   if k.startswith(CACHE_CONFIG_PREFIX)), engine + resource.pairs)
+            return base + engine + resource.pairs, ()
         base = ((profile.model_label, attrs.get(MODEL_ATTRIBUTE, "")),
                 (profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")))
         kept = [(d,) + fam.labels[d] for d in inst.dims if d in fam.labels]

@@ -98,9 +98,7 @@ class Converter:
         scrape_samples_scraped is added. Raises ScrapeError (malformed text, too many samples)."""
         if not self.first_ns:
             self.first_ns = now_ns
-        request = ExportMetricsServiceRequest()
-        rm = request.resource_metrics.add(resource=self.resource)
-        sm = rm.scope_metrics.add(scope=InstrumentationScope(name=SCOPE))
+        request, sm = self._request()
         starts: dict[tuple, tuple[int, float]] = {}
         samples = 0
         try:
@@ -116,7 +114,7 @@ class Converter:
                 if fam.name.endswith("_created") and types.get(fam.name[:-8]) in ("counter", "histogram"):
                     created[fam.name[:-8]] = {_key(s.labels): s.value for s in fam.samples}
             for fam in families:
-                if fam.name[:-8] not in created or not fam.name.endswith("_created"):
+                if not (fam.name.endswith("_created") and fam.name[:-8] in created):  # those are start times
                     self._family(sm, fam, now_ns, starts, created.get(fam.name, {}))
         except ScrapeError:
             raise
@@ -128,11 +126,16 @@ class Converter:
 
     def up_only(self, now_ns: int, extra: dict[str, float]) -> bytes:
         """A failed scrape: only `up` and the scrape_* gauges."""
+        request, sm = self._request()
+        _gauges(sm, extra, now_ns)
+        return request.SerializeToString()
+
+    def _request(self):
+        """An empty request for this target: (request, its one ScopeMetrics)."""
         request = ExportMetricsServiceRequest()
         sm = request.resource_metrics.add(resource=self.resource).scope_metrics.add(
             scope=InstrumentationScope(name=SCOPE))
-        _gauges(sm, extra, now_ns)
-        return request.SerializeToString()
+        return request, sm
 
     # -- one family ------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import threading
 import time
 import urllib.error
@@ -165,14 +164,13 @@ def fetch(target: ScrapeTarget) -> tuple[str, bool]:
                 chunks.append(chunk)
     except urllib.error.HTTPError as exc:
         raise ScrapeError("http_status", f"HTTP {exc.code} {exc.reason}") from None
-    except (TimeoutError, socket.timeout):
-        raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s") from None
     except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, (TimeoutError, socket.timeout)):
-            raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s") from None
-        raise ScrapeError("unreachable", f"cannot connect: {reason}") from None
-    except (ConnectionError, OSError) as exc:
+        if not isinstance(exc.reason, TimeoutError):
+            raise ScrapeError("unreachable", f"cannot connect: {exc.reason}") from None
+        raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s") from None
+    except TimeoutError:  # (socket.timeout is TimeoutError)
+        raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s") from None
+    except OSError as exc:  # reset, refused mid-answer
         raise ScrapeError("unreachable", f"connection failed: {exc}") from None
     try:
         return b"".join(chunks).decode("utf-8"), openmetrics
@@ -199,9 +197,10 @@ class Scraper:
         self._thread = threading.Thread(target=self._loop, name=f"scrape {self.target.url}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop the loop; `wait`: for at most one scrape's time."""
         self._stop.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join(self.target.timeout_s + 1)
 
     def _loop(self) -> None:
@@ -256,8 +255,8 @@ class ScrapeReceiver:
             s.start()
 
     def stop(self) -> None:
-        for s in self.scrapers:
-            s._stop.set()
+        for s in self.scrapers:  # all told first, so the waits overlap
+            s.stop(wait=False)
         for s in self.scrapers:
             s.stop()
 

@@ -47,7 +47,9 @@ PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  #
 _FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time", "decode_time",
                     "num_preemptions", "num_prompt_tokens", "num_generation_tokens", "mean_time_per_output_token",
                     "max_tokens_param", "num_cached_tokens")
-_FINISHED = {True: attrgetter(*_FINISHED_FIELDS), False: attrgetter(*_FINISHED_FIELDS[:-1])}  # by vllm_families
+# by vllm_families: (one getter of the row, its width)
+_FINISHED = {True: (attrgetter(*_FINISHED_FIELDS), len(_FINISHED_FIELDS)),
+             False: (attrgetter(*_FINISHED_FIELDS[:-1]), len(_FINISHED_FIELDS) - 1)}
 # IterationStats / PromptTokenStats fields read once per step.
 _ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_token_stats",
                         "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
@@ -277,8 +279,8 @@ def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
 def _finished(e: EngineStats, fins: list, vllm_families: bool) -> None:
     h = e.metrics.histograms
     # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
-    width = len(_FINISHED_FIELDS) - (not vllm_families)
-    a = np.fromiter(chain.from_iterable(map(_FINISHED[vllm_families], fins)), np.float64,
+    row, width = _FINISHED[vllm_families]
+    a = np.fromiter(chain.from_iterable(map(row, fins)), np.float64,
                     len(fins) * width).reshape(-1, width).T
     reason = a[_COLUMN["finish_reason"]].astype(np.int64)
     reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
