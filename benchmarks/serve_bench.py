@@ -70,6 +70,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from server.engine_process import engine_pids  # noqa: E402 (after the path is set)
+
 
 def log(msg: str) -> None:
     print(f"[serve_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -438,9 +440,9 @@ class ManagedServer:
                 if resp.status_code == 200:
                     log(f"server ready at {self.url}")
                     self.pids = {"api": self.proc.pid}
-                    engine_pid = int(resp.json().get("engine_pid") or 0)
-                    if engine_pid and engine_pid != self.proc.pid:  # not --in-process
-                        self.pids["engine"] = engine_pid
+                    engines = engine_pids(self.proc.pid)  # none with --in-process
+                    if engines:
+                        self.pids["engine"] = engines[0]
                     return
             except httpx.HTTPError:
                 pass

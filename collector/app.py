@@ -36,6 +36,7 @@ from collector.scrape_receiver import ScrapeReceiver, ScrapeTarget
 from collector.self_telemetry import SelfTelemetry
 from collector.tail_sampler import TailSamplingConfig
 from collector.otlp_exporter import DISK_QUEUE, OtlpExporter, OtlpExporterConfig
+from otel_llm.redaction import redact_url
 from collector.trace_pipeline import TracePipeline
 from collector.trace_store import TraceStore, TraceStoreConfig
 from collector.trace_store_writer import TraceStoreWriter
@@ -215,10 +216,10 @@ class Collector:
             parts.append(f"OTLP/gRPC {self.grpc.endpoint}")
         if self.scrape is not None:
             parts.append(f"Prometheus {self.scrape.url} ({self.store.config.profile} names)")
-        parts.extend(f"scraping {t.url} every {t.interval_s:g}s (job {t.job})" for t in self.config.scrape_targets)
-        parts.extend(f"remote-write {url}" for url in self.config.remote_write_urls)
-        parts.extend(f"metrics to {e.config.endpoint}" for e in self.metric_exporters)
-        parts.extend(f"traces to {e.config.url}" for e in self.traces.exporters if isinstance(e, OtlpExporter))
+        parts.extend(f"scraping {t.shown_url} every {t.interval_s:g}s (job {t.job})" for t in self.config.scrape_targets)
+        parts.extend(f"remote-write {redact_url(url)}" for url in self.config.remote_write_urls)
+        parts.extend(f"metrics to {redact_url(e.config.endpoint)}" for e in self.metric_exporters)
+        parts.extend(f"traces to {redact_url(e.config.url)}" for e in self.traces.exporters if isinstance(e, OtlpExporter))
         if self.jaeger is not None:
             parts.append(f"Jaeger query API {self.jaeger.url} (traces in {self.trace_store.path})")
         return ", ".join(parts)

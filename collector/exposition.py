@@ -12,28 +12,18 @@ from __future__ import annotations
 
 import bisect
 import operator
-from typing import NamedTuple
 
 import numpy as np
 
 from collector.metric_store import Family, Group, MetricStore
-from otel_llm.exposition import escape_label_value, format_value, label_text
+from otel_llm.exposition import SelfFamily, family_header, format_value, label_text, self_family_lines
 from otel_llm.instruments import Kind
-
-
-class SelfFamily(NamedTuple):
-    """A family of the collector's own telemetry: samples are (label text, value)."""
-
-    name: str
-    kind: Kind
-    help: str
-    samples: tuple[tuple[str, float], ...]
 
 
 def render(store: MetricStore, openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:
     lines: list[str] = []
     for family in store.families.values():
-        _header(lines, family.name, family.kind, family.help, openmetrics)
+        family_header(lines, family.name, family.kind, family.help, openmetrics)
         if family.kind is Kind.HISTOGRAM:
             _histograms(lines, family, openmetrics)
         else:
@@ -45,23 +35,13 @@ def render(store: MetricStore, openmetrics: bool = False, own: tuple[SelfFamily,
                 lines.append(prefix + format_value(_number(family, group)))
     targets = [label_text(r.target_pairs) for r in store.resources.values() if r.num_series > 0]
     if targets:
-        _header(lines, "target_info", Kind.GAUGE, "Target metadata", openmetrics)
+        family_header(lines, "target_info", Kind.GAUGE, "Target metadata", openmetrics)
         lines.extend(f"target_info{{{labels}}} 1" for labels in targets)
-    for fam in own:
-        _header(lines, fam.name, fam.kind, fam.help, openmetrics)
-        sample = fam.name + ("_total" if fam.kind is Kind.COUNTER else "")
-        lines.extend(f"{sample}{{{labels}}} {format_value(v)}" if labels else f"{sample} {format_value(v)}"
-                     for labels, v in fam.samples)
+    self_family_lines(lines, own, openmetrics)
     if openmetrics:
         lines.append("# EOF")
     lines.append("")
     return "\n".join(lines).encode()
-
-
-def _header(lines: list[str], name: str, kind: Kind, help_text: str, openmetrics: bool) -> None:
-    fname = name if (openmetrics or kind is not Kind.COUNTER) else name + "_total"
-    lines.append(f"# HELP {fname} {escape_label_value(help_text)}")
-    lines.append(f"# TYPE {fname} {kind.value}")
 
 
 def _number(family: Family, group: Group) -> float:

@@ -12,6 +12,7 @@ called from any thread to make a POST in flight fail at once (shutdown).
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import http.client
 import math
@@ -23,6 +24,7 @@ import urllib.parse
 from typing import NamedTuple
 
 from collector.exporter_queue import RetryableError
+from otel_llm.redaction import redact_url
 
 _MAX_LOGGED_BODY_CHARS = 512
 _MAX_READ_BODY_BYTES = 64 * 1024  # a longer answer is cut and its connection closed
@@ -62,11 +64,11 @@ def check_http_url(url: object, what: str) -> urllib.parse.SplitResult:
     """``url`` split, or ValueError naming ``what`` and the URL when it is not http(s) with a host."""
     parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} must be an http(s) URL with a host, got {url!r}")
+        raise ValueError(f"{what} must be an http(s) URL with a host, got {redact_url(url) if isinstance(url, str) else url!r}")
     try:
         parts.port  # noqa: B018 -- raises on a bad port
     except ValueError:
-        raise ValueError(f"{what} has an invalid port: {url!r}") from None
+        raise ValueError(f"{what} has an invalid port: {redact_url(url)!r}") from None
     return parts
 
 
@@ -84,9 +86,15 @@ def check_headers(headers: object, reserved: frozenset[str], what: str) -> None:
 
 
 class HttpSender:
+    """Credentials in the URL (`https://user:token@host/...`) are sent as HTTP Basic auth, unless
+    `headers` has its own Authorization; `url` (logs, error messages) is the redacted URL."""
+
     def __init__(self, url: str, timeout_s: float, headers: dict[str, str]) -> None:
         parts = urllib.parse.urlsplit(url)
-        self.url = url
+        self.url = redact_url(url)
+        if parts.username is not None and not any(k.lower() == "authorization" for k in headers):
+            userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            headers = {**headers, "Authorization": f"Basic {base64.b64encode(userinfo.encode()).decode()}"}
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname, parts.port
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

@@ -143,7 +143,7 @@ class OtlpExporter:
         answer = self._http.post(body)
         if 200 <= answer.status < 300:
             return
-        reason = f"HTTP {answer.status} from {self.config.endpoint}: {answer.text()}"
+        reason = f"HTTP {answer.status} from {self._http.url}: {answer.text()}"
         if answer.status in _RETRYABLE_HTTP:
             raise RetryableError(reason, answer.retry_after_s())
         raise PermanentError(reason)

@@ -26,6 +26,8 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
+from otel_llm.redaction import redact_url
+
 logger = logging.getLogger(__name__)
 
 
@@ -149,5 +151,5 @@ def _joins(taken: list, records: int, n: int, max_records: int | None) -> bool:
 
 def storage_path(directory: Path, kind: str, endpoint: str) -> Path:
     """One file per backend, named after its endpoint (so reordering flags never swaps queues)."""
-    readable = re.sub(r"[^A-Za-z0-9]+", "_", endpoint).strip("_")[:60]
+    readable = re.sub(r"[^A-Za-z0-9]+", "_", redact_url(endpoint)).strip("_")[:60]
     return directory / f"{kind}-{readable}-{hashlib.sha1(endpoint.encode()).hexdigest()[:8]}.sqlite"

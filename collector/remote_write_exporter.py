@@ -128,7 +128,7 @@ class RemoteWriteExporter:
         status = answer.status
         if 200 <= status < 300:
             return
-        reason = f"HTTP {status} from {self.config.url}: {answer.text()}"
+        reason = f"HTTP {status} from {self._http.url}: {answer.text()}"
         if status >= 500:
             raise RetryableError(reason)
         if status == 429:

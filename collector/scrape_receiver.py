@@ -28,6 +28,7 @@ from collector.exposition import SelfFamily
 from collector.scrape_convert import Converter, ScrapeError
 from otel_llm.exposition import label_text
 from otel_llm.instruments import Kind
+from otel_llm.redaction import redact_url
 
 logger = logging.getLogger("otel_llm.collector")
 
@@ -49,11 +50,11 @@ class ScrapeTarget:
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"scrape target {self.url!r} is not an http(s)://host[:port]/path URL")
+            raise ValueError(f"scrape target {self.shown_url!r} is not an http(s)://host[:port]/path URL")
         try:
             parts.port
         except ValueError:
-            raise ValueError(f"scrape target {self.url!r} has a bad port") from None
+            raise ValueError(f"scrape target {self.shown_url!r} has a bad port") from None
         if not _JOB.match(self.job):
             raise ValueError(f"job name {self.job!r} must match {_JOB.pattern}")
         if not 0 < self.timeout_s <= self.interval_s:
@@ -61,6 +62,11 @@ class ScrapeTarget:
         for name in ("sample_limit", "body_limit"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+
+    @property
+    def shown_url(self) -> str:
+        """The URL for logs and thread names: no credentials."""
+        return redact_url(self.url)
 
     @property
     def instance(self) -> str:
@@ -194,7 +200,7 @@ class Scraper:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name=f"scrape {self.target.url}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"scrape {self.target.shown_url}", daemon=True)
         self._thread.start()
 
     def stop(self, wait: bool = True) -> None:
@@ -209,7 +215,7 @@ class Scraper:
             try:
                 self.scrape_once()
             except Exception:  # the loop must keep running
-                logger.exception("scrape of %s failed unexpectedly", self.target.url)
+                logger.exception("scrape of %s failed unexpectedly", self.target.shown_url)
             next_at += self.target.interval_s
             now = time.monotonic()
             if next_at < now:  # a scrape overran the interval: skip the missed ones
@@ -240,9 +246,9 @@ class Scraper:
             changed, self.last_error = message != self.last_error, message
         if changed:
             if error is None:
-                logger.info("scrape of %s works again", self.target.url)
+                logger.info("scrape of %s works again", self.target.shown_url)
             else:
-                logger.warning("scrape of %s failed (%s): %s", self.target.url, error.reason, error)
+                logger.warning("scrape of %s failed (%s): %s", self.target.shown_url, error.reason, error)
         return error is None
 
 

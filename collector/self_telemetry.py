@@ -15,11 +15,9 @@ import threading
 from collections.abc import Callable
 
 from collector.exposition import SelfFamily
+from otel_llm.export_counts import RECORDS, exporter_families
 from otel_llm.exposition import label_text
 from otel_llm.instruments import Kind
-
-
-_RECORDS = {"metrics": ("metric_points", "metric points"), "traces": ("spans", "spans")}
 
 
 class SelfTelemetry:
@@ -45,7 +43,7 @@ class SelfTelemetry:
             receiver = {key: tuple(c) for key, c in self._receiver.items()}
         out = []
         for data_type in self._data_types:
-            records, words = _RECORDS[data_type]
+            records, words = RECORDS[data_type]
             counts = [(label_text((("receiver", r), ("transport", t))), c)
                       for (d, r, t), c in receiver.items() if d == data_type]
             out += [
@@ -56,30 +54,14 @@ class SelfTelemetry:
                            f"Number of {words} that could not be pushed into the pipeline.",
                            tuple((labels, c[1]) for labels, c in counts)),
             ]
-        stats = [(e.data_type, label_text((("exporter", e.name), ("data_type", e.data_type))), e.stats())
-                 for e in self._exporters]
-        for data_type in self._data_types:
-            records, words = _RECORDS[data_type]
-            mine = [(labels, s) for d, labels, s in stats if d == data_type]
-            if not mine:
-                continue
-            for i, (name, help_text) in enumerate((
-                    (f"otelcol_exporter_sent_{records}", f"Number of {words} successfully sent to destination."),
-                    (f"otelcol_exporter_send_failed_{records}",
-                     f"Number of {words} in failed attempts to send to destination."),
-                    (f"otelcol_exporter_enqueue_failed_{records}",
-                     f"Number of {words} failed to be added to the sending queue."))):
-                out.append(SelfFamily(name, Kind.COUNTER, help_text, tuple((labels, s[i]) for labels, s in mine)))
-            if data_type == "traces":  # the on-disk queue's at-least-once: what a backend may get twice
-                out.append(SelfFamily(
-                    f"otel_llm_exporter_resent_{records}", Kind.COUNTER,
-                    f"Number of {words} that were in flight when the last run ended, sent again after the restart.",
-                    tuple((labels, s.resent) for labels, s in mine)))
-        if stats:
-            for i, (name, help_text) in enumerate((
-                    ("otelcol_exporter_queue_size", "Current size of the retry queue (in batches)."),
-                    ("otelcol_exporter_queue_capacity", "Fixed capacity of the retry queue (in batches).")), 3):
-                out.append(SelfFamily(name, Kind.GAUGE, help_text, tuple((labels, s[i]) for _, labels, s in stats)))
+        out += exporter_families(self._exporters, prefix="otelcol", queue_unit="batches")
+        traces = [e for e in self._exporters if e.data_type == "traces"]
+        if traces:  # the on-disk queue's at-least-once: what a backend may get twice
+            out.append(SelfFamily(
+                "otel_llm_exporter_resent_spans", Kind.COUNTER,
+                "Number of spans that were in flight when the last run ended, sent again after the restart.",
+                tuple((label_text((("exporter", e.name), ("data_type", e.data_type))), e.stats().resent)
+                      for e in traces)))
         out.append(SelfFamily("otel_llm_collector_series", Kind.GAUGE, "Input series the collector holds.",
                               (("", self._num_series()),)))
         return tuple(out)

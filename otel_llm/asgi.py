@@ -9,21 +9,24 @@ never stalls streaming responses on the event loop.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 
 import anyio
 
-from .exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Renderer, negotiate
+from .exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Renderer, SelfFamily, negotiate
 from .profiles import get_profile
 
 
-def make_metrics_app(telemetries, profile: str = "vllm"):
+def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Iterable[SelfFamily]] | None = None):
+    """`own`: more families (e.g. `export_counts.exporter_families`), rendered after the telemetries'."""
     renderer = Renderer(get_profile(profile, max((t.config.max_model_len for t in telemetries), default=8192)))
     lock = threading.Lock()  # the renderer's cache is not thread-safe
 
     def render(openmetrics: bool) -> bytes:
         sources = [t.source() for t in telemetries if t.enabled]
+        families = tuple(own()) if own is not None else ()
         with lock:
-            return renderer.render(sources, openmetrics)
+            return renderer.render(sources, openmetrics, families)
 
     async def app(scope, receive, send):
         if scope["type"] != "http":

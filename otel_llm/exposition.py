@@ -8,12 +8,14 @@ histogram buckets.
 
 A `Source` is one Telemetry's immutable snapshot plus its base labels; several
 sources (e.g. data-parallel engines) render into one exposition, each family
-once.
+once. A component's own telemetry (`SelfFamily`: exporter counts, the
+collector's receivers) is appended after them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +34,15 @@ class Source:
     model: str
     engine: str
     cache_config: tuple[tuple[str, str], ...] = ()
+
+
+class SelfFamily(NamedTuple):
+    """A family of a component's own telemetry: samples are (label text, value)."""
+
+    name: str
+    kind: Kind
+    help: str
+    samples: tuple[tuple[str, float], ...]
 
 
 def escape_label_value(v: str) -> str:
@@ -100,7 +111,7 @@ class Renderer:
         self._cache[key] = prepared
         return prepared
 
-    def render(self, sources: list[Source], openmetrics: bool = False) -> bytes:
+    def render(self, sources: list[Source], openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:
         lines: list[str] = []
         for fam in self.profile.families:
             members = [(s, s.table[fam.canonical]) for s in sources if fam.canonical in s.table]
@@ -109,10 +120,7 @@ class Renderer:
             inst = members[0][1]
             if inst.name == "otel_llm.cache_config.info" and not any(s.cache_config for s, _ in members):
                 continue
-            kind = inst.kind.value
-            fname = fam.name if (openmetrics or inst.kind is not Kind.COUNTER) else fam.name + "_total"
-            lines.append(f"# HELP {fname} {escape_label_value(inst.description)}")
-            lines.append(f"# TYPE {fname} {kind}")
+            family_header(lines, fam.name, inst.kind, inst.description, openmetrics)
             for src, inst in members:
                 prepared, pos = self._prepared(src, fam, inst)
                 empty = self.profile.emit_empty or not inst.dims
@@ -125,6 +133,7 @@ class Renderer:
                 else:
                     v = src.snapshot.gauges.get(inst.name)
                     lines.extend(p + format_value(0.0 if v is None else v) for _, p in prepared)
+        self_family_lines(lines, own, openmetrics)
         if openmetrics:
             lines.append("# EOF")
         lines.append("")
@@ -147,6 +156,21 @@ class Renderer:
                 lines.extend(p + str(v) for p, v in zip(prefixes, values))
             lines.append(p_sum + format_value(h.sums[series].sum()))
             lines.append(p_count + str(values[-1]))
+
+
+def family_header(lines: list[str], name: str, kind: Kind, help_text: str, openmetrics: bool) -> None:
+    """HELP and TYPE of a family (a counter's name takes `_total` in text format 0.0.4)."""
+    fname = name if (openmetrics or kind is not Kind.COUNTER) else name + "_total"
+    lines.append(f"# HELP {fname} {escape_label_value(help_text)}")
+    lines.append(f"# TYPE {fname} {kind.value}")
+
+
+def self_family_lines(lines: list[str], families, openmetrics: bool) -> None:
+    for fam in families:
+        family_header(lines, fam.name, fam.kind, fam.help, openmetrics)
+        sample = fam.name + ("_total" if fam.kind is Kind.COUNTER else "")
+        lines.extend(f"{sample}{{{labels}}} {format_value(v)}" if labels else f"{sample} {format_value(v)}"
+                     for labels, v in fam.samples)
 
 
 def _exemplars(h: HistogramSnapshot, series: np.ndarray, pos: np.ndarray, nb: int) -> list[str]:

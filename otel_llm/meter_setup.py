@@ -1,12 +1,19 @@
-"""OTLP metrics push for a Telemetry, from its config and the standard OTEL_* environment."""
+"""OTLP metrics push for a Telemetry, from its config and the standard OTEL_* environment (optionally counted)."""
 
 from __future__ import annotations
 
 import os
 import uuid
 
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
+
+from .export_counts import ExportCounts
 
 
 def otlp_metric_exporter(endpoint: str | None):
@@ -31,10 +38,45 @@ def otlp_metric_exporter(endpoint: str | None):
     return OTLPMetricExporter(endpoint=endpoint) if endpoint else OTLPMetricExporter()
 
 
-def otlp_metric_reader(endpoint: str | None, interval_s: float | None = None) -> PeriodicExportingMetricReader:
-    """A periodic OTLP reader; every OTEL_METRIC_EXPORT_INTERVAL ms (60 s by default) unless `interval_s`."""
+def otlp_metric_reader(endpoint: str | None, interval_s: float | None = None,
+                       counts: ExportCounts | None = None) -> PeriodicExportingMetricReader:
+    """A periodic OTLP reader; every OTEL_METRIC_EXPORT_INTERVAL ms (60 s by default) unless `interval_s`;
+    with `counts`, its exports are counted into them (`CountingMetricExporter`)."""
     millis = None if interval_s is None else interval_s * 1000
-    return PeriodicExportingMetricReader(otlp_metric_exporter(endpoint), export_interval_millis=millis)
+    exporter = otlp_metric_exporter(endpoint)
+    if counts is not None:
+        exporter = CountingMetricExporter(exporter, counts)
+    return PeriodicExportingMetricReader(exporter, export_interval_millis=millis)
+
+
+class CountingMetricExporter(MetricExporter):
+    """`exporter`, counting the data points of each export `sent` (SUCCESS) or `send_failed`
+    (FAILURE, or it raised). A periodic reader has no queue: nothing is `enqueue_failed`."""
+
+    def __init__(self, exporter: MetricExporter, counts: ExportCounts):
+        # The reader takes its temporality and aggregation preferences from its exporter.
+        super().__init__(exporter._preferred_temporality, exporter._preferred_aggregation)
+        self.exporter, self._counts = exporter, counts
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
+        points = sum(len(m.data.data_points) for rm in metrics_data.resource_metrics
+                     for sm in rm.scope_metrics for m in sm.metrics)
+        try:
+            result = self.exporter.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception:
+            self._counts.add(send_failed=points)
+            raise  # the reader logs it
+        if result is MetricExportResult.SUCCESS:
+            self._counts.add(sent=points)
+        else:
+            self._counts.add(send_failed=points)
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.exporter.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        self.exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 def service_resource(default_service_name: str) -> Resource:

@@ -353,6 +353,11 @@ class RequestTable:
         m.add("otel_llm.prefix_cache.hits", snap.prefix_hits)
         m.add("otel_llm.scheduler.preemptions", snap.preemptions)
 
+    def engine_gone(self) -> None:
+        gauges = self.metrics.gauges
+        gauges["otel_llm.scheduler.running"] = gauges["otel_llm.scheduler.waiting"] = 0
+        gauges["otel_llm.kv_cache.usage"] = 0.0
+
     def finish_from_frontend(self, handle: int, reason: FinishReason, now_ns: int) -> FinishedBatch | None:
         """Finish a request the engine will never report (engine died, rejected before it)."""
         rid = np.array([handle], np.int64)

@@ -142,6 +142,14 @@ class Telemetry:
             return
         self._apply("fail", lambda: self.table.finish_from_frontend(handle, reason, self._clock()))
 
+    def engine_gone(self) -> None:
+        """The engine is gone (died, hung, being restarted): its scheduler gauges (running,
+        waiting, KV-cache usage) read 0 until it reports again, not its last values."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self.table.engine_gone()
+
     def _internal_error(self, where: str) -> None:
         self.internal_errors += 1
         if self.internal_errors <= 10:
@@ -189,5 +197,5 @@ class Telemetry:
             return
         if self._stat_logger is not None:
             self._stat_logger.stop()
-        if self.tracer is not None:
+        if self.tracer is not None and self.config.tracer_provider is None:  # its own; a given one is its owner's
             self.tracer.provider.force_flush()

@@ -12,7 +12,8 @@ finished span enter the normal export pipeline (BatchSpanProcessor, OTLP).
 Tree: `{operation} {model}` (SERVER when it has no parent, INTERNAL under an
 HTTP server span) with children `queue`, `prefill`, `decode` on the engine's
 clock converted to epoch by the engine's (wall, monotonic) anchor; events
-`first_token` and one `preempted` per preemption.
+`first_token` and one `preempted` per preemption. The provider's span limits
+apply (`otel_llm.span_limits`), with string values cut at 4096 characters by default.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from .request import RequestInfo
 from .request_table import FinishedBatch
+from .span_limits import SpanLimiter
 from .step import FinishReason
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -70,6 +72,7 @@ class RequestTracer:
         self.wall0, self.mono0 = frontend_anchor
         self._processor = provider._active_span_processor  # see module docstring
         self._resource = provider.resource
+        self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
 
     def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
@@ -147,13 +150,15 @@ class RequestTracer:
             attrs["error.type"] = reason.label
             status = Status(StatusCode.ERROR, f"request finished with {reason.label}")
         kind = SpanKind.INTERNAL if parent else SpanKind.SERVER
-        spans = [ReadableSpan(f"{op} {self.model_name}", ctx, parent, self._resource, attrs, events, (), kind,
-                              None, status, start, end, _SCOPE)]
+        limits = self._limits
+        spans = [ReadableSpan(f"{op} {self.model_name}", ctx, parent, self._resource, limits.attributes(attrs),
+                              limits.events(events), (), kind, None, status, start, end, _SCOPE)]
         if valid:
             ids = self.provider.id_generator
+            child_attrs = limits.attributes({"gen_ai.operation.name": op})  # shared: spans are read-only
             for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last)):
                 child = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
-                spans.append(ReadableSpan(name, child, ctx, self._resource, {"gen_ai.operation.name": op}, (), (),
+                spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
                                           SpanKind.INTERNAL, None, Status(StatusCode.UNSET), t0 + e_off, t1 + e_off,
                                           _SCOPE))
         for span in reversed(spans):  # children first, like live spans ending

@@ -29,6 +29,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be >= 0")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -44,6 +51,7 @@ def _positive_float(text: str) -> float:
 
 
 _positive_int.__name__ = "positive int"
+_non_negative_int.__name__ = "non-negative int"
 _port.__name__ = "port"
 _positive_float.__name__ = "positive number"
 
@@ -57,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="name clients use (default: the model's name)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=8000)
-    serve.add_argument("--dtype", choices=DTYPES, default="auto")
+    serve.add_argument("--dtype", choices=DTYPES, default="auto",
+                       help="auto: bfloat16 on CUDA, float32 on CPU (bfloat16 decodes faster on a CPU with "
+                            "native bf16 but changes small models' greedy answers)")
     serve.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
     serve.add_argument("--max-num-seqs", type=_positive_int, default=64)
     serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=2048)
@@ -83,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine-threads", type=_positive_int, default=None,
                        help="torch threads in the engine (default: cores - 1)")
     serve.add_argument("--access-log", action="store_true", help="turn uvicorn's access log on")
+    serve.add_argument("--engine-restarts", type=_non_negative_int, default=ServerConfig.engine_restarts,
+                       help="restart a dead or hung engine at most N times in a row, with backoff (0: never; "
+                            "an engine that ran for a minute starts the count afresh)")
+    serve.add_argument("--engine-heartbeat-timeout", type=_positive_float,
+                       default=ServerConfig.engine_heartbeat_timeout_s, metavar="SECONDS",
+                       help="an engine not heard from (no step, no heartbeat) for this long is hung: its "
+                            "requests fail, it is killed and restarted")
+    serve.add_argument("--shutdown-timeout", type=_positive_float, default=ServerConfig.shutdown_timeout_s,
+                       metavar="SECONDS",
+                       help="SIGTERM to exit at most this long: requests in flight get half of it, then they are "
+                            "aborted; spans and metrics are flushed in what is left, the rest dropped (logged)")
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=ServerConfig.max_request_bytes,
+                       help="larger request bodies are answered 413 before they are read (default: 4 MiB, "
+                            "far above any prompt that fits the context)")
 
     collector_cli.add_parser(sub)
 
@@ -123,6 +147,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         in_process=args.in_process, max_recv_per_iter=args.max_recv_per_iter,
         log_stats_interval_s=args.log_stats_interval, metrics_compat=args.metrics_compat,
         otlp_traces_endpoint=endpoint, otlp_metrics_endpoint=metrics_endpoint, access_log=args.access_log,
+        max_request_bytes=args.max_request_bytes, engine_restarts=args.engine_restarts,
+        engine_heartbeat_timeout_s=args.engine_heartbeat_timeout, shutdown_timeout_s=args.shutdown_timeout,
     )
 
 
@@ -138,6 +164,7 @@ def serve(config: ServerConfig) -> int:
 
     from server.api import create_app
     from server.api.arrival import stamping_protocol
+    from server.api.shutdown import BoundedServer, ShutdownClock
     from server.engine_client import EngineClient, EngineStartError
 
     client = EngineClient(config)
@@ -147,9 +174,18 @@ def serve(config: ServerConfig) -> int:
         logger.error("%s", exc)
         print(f"otel-llm serve: error: {exc}", file=sys.stderr)
         return 2 if exc.config_error else 1
+    clock = ShutdownClock(config.shutdown_timeout_s)
+
+    def drain_deadline() -> None:
+        ended = client.end_requests("the server is shutting down")
+        if ended:
+            logger.warning("shutdown: %d request(s) still in flight after %g s; aborted", ended, clock.drain_s)
+
+    uv_config = uvicorn.Config(create_app(config, client, clock), host=config.host, port=config.port,
+                               access_log=config.access_log, log_config=None, http=stamping_protocol(),
+                               timeout_graceful_shutdown=clock.drain_s + 1)  # uvicorn's own cut, if ours failed
     try:
-        uvicorn.run(create_app(config, client), host=config.host, port=config.port, access_log=config.access_log,
-                    log_config=None, timeout_graceful_shutdown=5, http=stamping_protocol())
+        BoundedServer(uv_config, clock, drain_deadline).run()
     finally:
         client.close()
     return 0

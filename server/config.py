@@ -30,12 +30,16 @@ class ServerConfig:
     in_process: bool = False
     max_recv_per_iter: int = 64  # commands the engine loop drains per iteration
     engine_start_timeout_s: float = 300.0
+    engine_restarts: int = 3  # a dead or hung engine is restarted this many times in a row at most
+    engine_heartbeat_timeout_s: float = 30.0  # an engine not heard from for this long is hung
     # telemetry (on/off is engine.log_stats)
     log_stats_interval_s: float = 10.0
     metrics_compat: str = "vllm"
     otlp_traces_endpoint: str | None = None
     otlp_metrics_endpoint: str | None = None
     access_log: bool = False
+    max_request_bytes: int = 4 * 1024 * 1024  # larger bodies get 413 before they are read
+    shutdown_timeout_s: float = 15.0  # SIGTERM to exit, at most (Kubernetes' default grace is 30 s)
 
     def __post_init__(self) -> None:
         if self.served_model_name is not None and not self.served_model_name.strip():
@@ -44,6 +48,15 @@ class ServerConfig:
             raise ValueError(f"--port {self.port}: must be in 0..65535")
         if self.max_recv_per_iter < 1:
             raise ValueError(f"--max-recv-per-iter {self.max_recv_per_iter}: must be >= 1")
+        if self.engine_restarts < 0:
+            raise ValueError(f"--engine-restarts {self.engine_restarts}: must be >= 0")
+        if not self.engine_heartbeat_timeout_s >= 2:
+            raise ValueError(f"--engine-heartbeat-timeout {self.engine_heartbeat_timeout_s}: must be >= 2 "
+                             "(the engine sends a heartbeat every second)")
+        if not self.shutdown_timeout_s > 0:
+            raise ValueError(f"--shutdown-timeout {self.shutdown_timeout_s}: must be > 0")
+        if self.max_request_bytes < 1:
+            raise ValueError(f"--max-request-bytes {self.max_request_bytes}: must be >= 1")
         if not self.log_stats_interval_s > 0:
             raise ValueError(f"--log-stats-interval {self.log_stats_interval_s}: must be > 0")
         if self.metrics_compat not in METRICS_COMPAT:

@@ -11,9 +11,14 @@ Threads: the reader thread only receives and decodes; every piece of mutable
 state (`_streams`, telemetry calls, `dead_reason`) is owned by the event-loop
 thread. `send` may be called from the loop thread only (one writer on the pipe).
 
-If the engine dies (EOF on the pipe, FATAL message), every in-flight request
-gets an `EngineDead` item on its queue, `Telemetry.fail(h, ERROR)` is called for
-it, and `dead_reason` says why (for `/health`).
+If the engine dies (EOF on the pipe, FATAL message) or hangs (nothing heard, not
+even a heartbeat, for `engine_heartbeat_timeout_s`: the watchdog kills it), every
+in-flight request gets an `EngineDead` item on its queue, `Telemetry.fail(h, ERROR)`
+is called for it, the engine's gauges drop to 0 (`Telemetry.engine_gone`) and
+`dead_reason` says why (for `/health`). Then the engine is restarted, after a
+backoff (0.5 s, doubling, at most 30 s), at most `engine_restarts` times in a row
+(an engine that ran for `_STABLE_S` resets the count); past that, or for an
+in-process engine (a hung thread cannot be killed), `state` is "dead" for good.
 """
 
 from __future__ import annotations
@@ -24,15 +29,24 @@ import multiprocessing as mp
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Literal
 
+from otel_llm import FinishReason
 from server import ipc
 from server.config import ServerConfig
 
 logger = logging.getLogger(__name__)
 
+_STABLE_S = 60.0  # an engine that ran this long before dying starts the restart budget and backoff afresh
+_MAX_BACKOFF_S = 30.0
+
 
 class EngineDead(Exception):
     """The engine process (or thread) is gone; the request cannot complete."""
+
+
+class ShuttingDown(Exception):
+    """The server's shutdown deadline came before the request finished."""
 
 
 @dataclass(frozen=True)
@@ -63,14 +77,34 @@ class EngineClient:
         self._reader: threading.Thread | None = None
         self._conn = None
         self._closing = False
-        self.dead_reason: str | None = None
+        self.dead_reason: str | None = None  # None while an engine serves
+        self.given_up = False  # no engine, and none will be started again
+        self.restarts = 0  # engines started after one died or hung
+        self._consecutive = 0  # restarts since the last engine that ran for _STABLE_S
+        self._generation = 0  # which engine the reader and the watchdog are watching
+        self._started_at = 0.0
+        self._last_heard = 0.0  # monotonic s of the engine's last message (set by the reader thread)
+        self._watchdog: asyncio.Task | None = None
         self.model_name = ""
         self.max_model_len = 0
         self.engine_pid = 0
 
     # -- lifecycle -------------------------------------------------------
+    @property
+    def state(self) -> Literal["ready", "restarting", "dead"]:
+        if self.dead_reason is None:
+            return "ready"
+        return "dead" if self.given_up else "restarting"
+
     def start(self) -> None:
         """Start the engine and block until it is READY. Raises EngineStartError."""
+        ready = self._launch()
+        self.model_name, self.max_model_len, self.engine_pid = ready
+        logger.info("engine ready: model %s, max_model_len %d, pid %d (%s)", ready.model_name,
+                    ready.max_model_len, ready.pid, "in-process thread" if self.config.in_process else "process")
+
+    def _launch(self) -> ipc.Ready:
+        """Start an engine (process or thread) and block until it is READY. Raises EngineStartError."""
         cfg = self.config
         ctx = mp.get_context("spawn")
         api_conn, engine_conn = ctx.Pipe(duplex=True)
@@ -94,26 +128,28 @@ class EngineClient:
             engine_conn.close()  # the child's end lives in the child; EOF here means it died
         self._conn = api_conn
         ready = self._wait_ready()
-        self.model_name, self.max_model_len, self.engine_pid = ready
-        logger.info("engine ready: model %s, max_model_len %d, pid %d (%s)", ready.model_name,
-                    ready.max_model_len, ready.pid, "in-process thread" if cfg.in_process else "process")
+        self._started_at = self._last_heard = time.monotonic()
+        return ready
 
     def _wait_ready(self) -> ipc.Ready:
+        """READY, else EngineStartError with the engine discarded."""
         if not self._conn.poll(self.config.engine_start_timeout_s):
-            self.close()
-            raise EngineStartError(f"engine not ready after {self.config.engine_start_timeout_s} s")
-        try:
-            event = ipc.decode_event(self._conn.recv_bytes())
-        except EOFError:
-            self.close()
-            code = self._proc.exitcode if self._proc is not None else None
-            raise EngineStartError(f"engine exited during startup (exit code {code})") from None
-        if isinstance(event, ipc.Fatal):
-            self.close()
-            raise EngineStartError(event.message, event.config_error)
-        if not isinstance(event, ipc.Ready):
-            raise EngineStartError(f"unexpected first message from the engine: {event!r}")
-        return event
+            error = EngineStartError(f"engine not ready after {self.config.engine_start_timeout_s} s")
+        else:
+            try:
+                event = ipc.decode_event(self._conn.recv_bytes())
+            except EOFError:
+                if self._proc is not None:
+                    self._proc.join(timeout=5)
+                code = self._proc.exitcode if self._proc is not None else None
+                error = EngineStartError(f"engine exited during startup (exit code {code})")
+            else:
+                if isinstance(event, ipc.Ready):
+                    return event
+                error = (EngineStartError(event.message, event.config_error) if isinstance(event, ipc.Fatal) else
+                         EngineStartError(f"unexpected first message from the engine: {event!r}"))
+        self._discard_engine()
+        raise error
 
     def attach(self, loop: asyncio.AbstractEventLoop, telemetry) -> None:
         """Start the reader thread: outputs are delivered on `loop`, step telemetry
@@ -121,12 +157,20 @@ class EngineClient:
         self._loop = loop
         self._tel = telemetry
         self._texts: dict[int, list[str]] | None = {} if telemetry.capture_content else None
-        self._reader = threading.Thread(target=self._read_forever, name="engine-reader", daemon=True)
+        self._start_reader()
+        self._watchdog = loop.create_task(self._watch())
+
+    def _start_reader(self) -> None:
+        self._generation += 1
+        self._reader = threading.Thread(target=self._read_forever, args=(self._conn, self._proc, self._generation),
+                                        name="engine-reader", daemon=True)
         self._reader.start()
 
     def close(self) -> None:
-        """Ask the engine to stop and wait for it briefly (idempotent)."""
+        """Ask the engine to stop and wait for it briefly (idempotent; any thread)."""
         self._closing = True
+        if self._watchdog is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._watchdog.cancel)
         if self._conn is not None:
             try:
                 self._conn.send_bytes(ipc.encode_command(ipc.Shutdown()))
@@ -188,24 +232,27 @@ class EngineClient:
         return self._streams.pop(rid, None)
 
     # -- reader thread ---------------------------------------------------
-    def _read_forever(self) -> None:
+    def _read_forever(self, conn, proc, generation: int) -> None:
         reason = "engine closed the connection"
         try:
             while True:
-                event = ipc.decode_event(self._conn.recv_bytes())
+                event = ipc.decode_event(conn.recv_bytes())
+                self._last_heard = time.monotonic()
+                if type(event) is ipc.Heartbeat:
+                    continue
                 if isinstance(event, ipc.Fatal):
                     reason = event.message
                     break
                 self._loop.call_soon_threadsafe(self._on_event, event)
         except (EOFError, OSError):
-            if self._proc is not None:
-                self._proc.join(timeout=1)
-                reason = f"engine process exited (exit code {self._proc.exitcode})"
+            if proc is not None:
+                proc.join(timeout=1)
+                reason = f"engine process exited (exit code {proc.exitcode})"
         except BaseException:
             logger.exception("engine reader thread failed")
             reason = "engine reader thread failed"
         if not self._closing:
-            self._loop.call_soon_threadsafe(self._on_dead, reason)
+            self._loop.call_soon_threadsafe(self._on_dead, reason, generation)
 
     # -- event-loop thread -----------------------------------------------
     def _on_event(self, event) -> None:
@@ -254,20 +301,99 @@ class EngineClient:
             if out.finished:
                 self._tel.set_output(out.rid, texts)
 
-    def _fail(self, rid: int) -> None:
+    def _fail(self, rid: int, reason: FinishReason = FinishReason.ERROR) -> None:
         if self._tel.enabled and rid > 0:  # rid <= 0: not a Telemetry handle (see OpenAIServing)
-            from otel_llm import FinishReason
+            self._tel.fail(rid, reason)
 
-            self._tel.fail(rid, FinishReason.ERROR)
-
-    def _on_dead(self, reason: str) -> None:
-        logger.error("engine is dead: %s; failing %d in-flight request(s)", reason, len(self._streams))
-        self.dead_reason = reason
+    def _end_all(self, item: Exception, reason: FinishReason) -> int:
+        """End every in-flight request now: `item` on its queue, finished as `reason` in telemetry.
+        Returns how many there were."""
         streams, self._streams = self._streams, {}
         self._fresh.clear()
         for rid, queue in streams.items():
-            self._loop.call_soon(self._fail, rid)  # after any telemetry already queued
-            queue.put_nowait(EngineDead(reason))
+            self._loop.call_soon(self._fail, rid, reason)  # after any telemetry already queued
+            queue.put_nowait(item)
+        return len(streams)
+
+    def end_requests(self, message: str) -> int:
+        """Shutdown's deadline: every in-flight request is aborted in the engine and ends now (an
+        error answer or event for its client, `abort` in telemetry). Returns how many there were."""
+        rids = list(self._streams)
+        if self.dead_reason is None:
+            for rid in rids:
+                try:
+                    self._conn.send_bytes(ipc.encode_command(ipc.AbortRequest(rid)))
+                except OSError:
+                    break
+        return self._end_all(ShuttingDown(message), FinishReason.ABORT)
+
+    def _on_dead(self, reason: str, generation: int) -> None:
+        if generation != self._generation or self.dead_reason is not None or self._closing:
+            return  # an engine already handled (the watchdog's kill, then its EOF)
+        logger.error("engine is dead: %s; failing %d in-flight request(s)", reason, len(self._streams))
+        self.dead_reason = reason
+        self._end_all(EngineDead(reason), FinishReason.ERROR)
+        self._loop.call_soon(self._tel.engine_gone)  # after the failures: running/waiting/KV read 0
+        if time.monotonic() - self._started_at >= _STABLE_S:
+            self._consecutive = 0
+        if self.config.in_process or self._consecutive >= self.config.engine_restarts:
+            self.given_up = True
+            logger.error("the engine will not be restarted (%s); the server stays unavailable",
+                         "in-process engine" if self.config.in_process else
+                         f"{self._consecutive} restarts in a row, --engine-restarts {self.config.engine_restarts}")
+            return
+        self._loop.create_task(self._restart())
+
+    async def _restart(self) -> None:
+        """Start a new engine after a backoff; on failure try again while the budget lasts."""
+        while not self._closing:
+            if self._consecutive >= self.config.engine_restarts:
+                self.given_up = True
+                logger.error("the engine could not be restarted (%d attempts); the server stays unavailable",
+                             self._consecutive)
+                return
+            delay = min(_MAX_BACKOFF_S, 0.5 * 2 ** self._consecutive)
+            self._consecutive += 1
+            logger.warning("restarting the engine in %.1f s (attempt %d of %d)", delay, self._consecutive,
+                           self.config.engine_restarts)
+            await asyncio.sleep(delay)
+            self._discard_engine()
+            try:
+                ready = await asyncio.to_thread(self._launch)
+            except EngineStartError as exc:
+                logger.error("engine restart failed: %s", exc)
+                continue
+            if self._closing:
+                return
+            self.restarts += 1
+            self.engine_pid = ready.pid
+            self.dead_reason = None
+            self._start_reader()
+            logger.info("engine restarted (pid %d, %d restart(s) so far)", ready.pid, self.restarts)
+            return
+
+    def _discard_engine(self) -> None:
+        """Make sure the dead engine is gone: its pipe closed, its process reaped (killed if it lingers)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(timeout=5)
+            self._proc = None
+
+    async def _watch(self) -> None:
+        """The watchdog: an engine not heard from for the heartbeat deadline is hung; it is
+        failed (and killed, which the reader then sees as its end)."""
+        deadline = self.config.engine_heartbeat_timeout_s
+        while not self._closing:
+            await asyncio.sleep(min(1.0, deadline / 4))
+            silent = time.monotonic() - self._last_heard
+            if self.dead_reason is None and silent > deadline:
+                self._on_dead(f"engine unresponsive: nothing heard from it for {silent:.1f} s "
+                              f"(--engine-heartbeat-timeout {deadline:g})", self._generation)
+                if self._proc is not None:
+                    self._proc.kill()
 
 
 def _stamp(into: list[int]) -> None:

@@ -8,7 +8,9 @@ Loop, single-threaded, owns the engine:
     1. drain at most `max_recv_per_iter` commands (block only when idle), so a
        burst of arrivals cannot starve decode (SGLang's `max_recv_per_poll`);
     2. one `engine.step()`; its outputs and telemetry bytes go out as one STEP
-       message (nothing sent for an empty step).
+       message (nothing sent for an empty step);
+    3. a HEARTBEAT when nothing was sent for `HEARTBEAT_INTERVAL_S`: the API side's
+       watchdog takes an engine it has not heard from for its deadline as hung.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server import ipc
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.5  # how long an idle loop blocks on the pipe before re-checking
+HEARTBEAT_INTERVAL_S = 1.0
 
 
 def cap_threads(num_threads: int) -> None:
@@ -89,7 +94,12 @@ def _run(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None
 def _loop(conn: Connection, engine, max_recv_per_iter: int) -> None:
     from server.engine.sampling import SamplingParams
 
+    last_sent = time.monotonic()
     while True:
+        now = time.monotonic()
+        if now - last_sent >= HEARTBEAT_INTERVAL_S:
+            conn.send_bytes(ipc.HEARTBEAT_BYTES)
+            last_sent = now
         busy = engine.has_unfinished()
         for _ in range(max_recv_per_iter):
             if not conn.poll(0 if busy else _IDLE_POLL_S):
@@ -109,12 +119,32 @@ def _loop(conn: Connection, engine, max_recv_per_iter: int) -> None:
                     engine.add_request(cmd.rid, list(cmd.prompt_token_ids), params)
                 except ValueError as exc:
                     conn.send_bytes(ipc.encode_reject(cmd.rid, str(exc)))
+                    last_sent = time.monotonic()
             busy = True  # a command arrived: drain without blocking, then step
         if not engine.has_unfinished():
             continue
         out = engine.step()
         if out.outputs or out.telemetry:
             conn.send_bytes(ipc.encode_step(out.outputs, out.telemetry))
+            last_sent = time.monotonic()
+
+
+def engine_pids(api_pid: int) -> list[int]:
+    """The engine processes `api_pid` spawned (Linux `/proc`; empty elsewhere and with
+    `--in-process`), for tools that measure or signal the engine: `/health` shows no pids."""
+    pids = []
+    for task in Path(f"/proc/{api_pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            try:
+                if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    pids.append(child)
+            except OSError:
+                pass
+    return sorted(pids)
 
 
 def _send_quietly(conn: Connection, data: bytes) -> None:

@@ -21,6 +21,7 @@ engine -> API (events)
     REJECT    kind u8, rid i64, message utf-8 (the engine refused an ADD)
     FATAL     kind u8, config_error u8, message utf-8 (the engine failed to start or its
               loop died; the process exits. config_error: a ValueError at startup)
+    HEARTBEAT kind u8 (the loop is alive: sent when it sent nothing else for a second)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Union
 
 ADD, ABORT, SHUTDOWN = 1, 2, 3
-READY, STEP, REJECT, FATAL = 10, 11, 12, 13
+READY, STEP, REJECT, FATAL, HEARTBEAT = 10, 11, 12, 13, 14
 
 _KIND = struct.Struct("<B")
 _ADD = struct.Struct("<BqIIddiqBiBII")
@@ -166,7 +167,12 @@ class Fatal(NamedTuple):
     config_error: bool = False
 
 
-Event = Union[Ready, Step, Reject, Fatal]
+class Heartbeat(NamedTuple):
+    pass
+
+
+Event = Union[Ready, Step, Reject, Fatal, Heartbeat]
+HEARTBEAT_BYTES = bytes((HEARTBEAT,))
 
 
 def encode_ready(model_name: str, max_model_len: int, pid: int) -> bytes:
@@ -222,6 +228,8 @@ def decode_event(data: bytes) -> Event:
         return Reject(_RID.unpack_from(data, 0)[1], data[_RID.size:].decode())
     if kind == FATAL:
         return Fatal(data[_KIND.size + 1:].decode(), bool(data[_KIND.size]))
+    if kind == HEARTBEAT:
+        return Heartbeat()
     raise ValueError(f"unknown event kind {kind}")
 
 

@@ -3,7 +3,8 @@
 Pydantic checks types and shapes (a wrong type is a 422); value checks (ranges,
 empty lists, context length) are done by the handlers and answered with a 400
 naming the field, as OpenAI does. Unknown fields are ignored. `top_k` and
-`ignore_eos` are vLLM-style extras.
+`ignore_eos` are vLLM-style extras. OpenAI fields this server does not implement
+are accepted only at a value that asks for nothing (`unsupported_field`).
 
 Response builders return plain JSON-ready dicts in OpenAI's exact schema; they
 are called once per streamed chunk, so they stay as cheap as a dict literal.
@@ -11,7 +12,7 @@ are called once per streamed chunk, so they stay as cheap as a dict literal.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,13 +35,18 @@ class _SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
-    logprobs: object = None
+    logprobs: Union[bool, int, None] = None
+    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     user: str | None = None
 
 
 class CompletionRequest(_SamplingFields):
     prompt: Union[str, list[str], list[int], list[list[int]]]
     echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
 
 
 class TextPart(BaseModel):
@@ -66,6 +72,46 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Union[str, dict, None] = None
+    functions: list[Any] | None = None
+    function_call: Union[str, dict, None] = None
+    response_format: dict | None = None
+    modalities: list[str] | None = None
+    audio: dict | None = None
+
+
+# What this server does not implement, with the values besides None ("left out") that ask
+# for nothing. Any other value would be silently ignored, changing what the client gets
+# without telling it, so `unsupported_field` names it and the handlers answer 400.
+# Compared with their types: a completions `logprobs` of 0 (chosen tokens' logprobs) is not False.
+_NEUTRAL: dict[str, tuple] = {
+    "echo": (False,),
+    "best_of": (1,),
+    "suffix": ("",),
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "logit_bias": ({},),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "tools": ([],),
+    "tool_choice": ("none", "auto"),  # with no tools, "auto" is "none"
+    "functions": ([],),
+    "function_call": ("none", "auto"),
+    "response_format": ({"type": "text"},),
+    "modalities": (["text"],),
+    "audio": (),
+}
+
+
+def unsupported_field(req: BaseModel) -> str | None:
+    """The first field of `req` set to something this server does not do, else None."""
+    for name, neutral in _NEUTRAL.items():
+        value = getattr(req, name, None)
+        if value is not None and not any(type(value) is type(n) and value == n for n in neutral):
+            return name
+    return None
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:

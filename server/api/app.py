@@ -6,7 +6,8 @@ to this event loop. Routes:
 
     POST /v1/completions, /v1/chat/completions   OpenAI (JSON or SSE)
     GET  /v1/models
-    GET  /health                                  200, or 503 with the reason once the engine died
+    GET  /health                                  200; 503 with the reason while the engine is restarting or
+                                                  once it will not be (then /v2/health/live is 503 too)
     GET  /metrics                                 the SDK's Prometheus exposition
     GET  /v2, /v2/health/{live,ready}, /v2/models/{name}/ready,
          /v2/models[/{name}[/versions/{version}]]/stats    Triton / KServe v2
@@ -23,15 +24,23 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from otel_llm import Telemetry, TelemetryConfig
+from otel_llm.asgi import make_metrics_app
+from otel_llm.export_counts import ExportCounts, exporter_families
+from otel_llm.exposition import SelfFamily
+from otel_llm.instruments import Kind
 from otel_llm.meter_setup import otlp_metric_reader, service_resource
+from otel_llm.redaction import redact_url
 from server import protocol
 from server.api import triton
 from server.api.arrival import ArrivalStamp
-from server.api.errors import OpenAIError, openai_error_handler, validation_error_handler
+from server.api.body_limit import BodyLimit
+from server.api.errors import OpenAIError, http_error_handler, openai_error_handler, validation_error_handler
 from server.api.serving import OpenAIServing
+from server.api.shutdown import ShutdownClock, finish_within
 from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
 from server.config import ServerConfig
 from server.engine_client import EngineClient
@@ -51,6 +60,7 @@ class ServingState:
     metrics_app: object  # ASGI
     model_name: str
     created: int
+    exporters: tuple[ExportCounts, ...] = ()  # what the OTLP exporters sent, failed to send, dropped
 
 
 def _kv_device(device: str) -> str:
@@ -62,6 +72,11 @@ def _kv_device(device: str) -> str:
     return "CPU" if device == "cpu" else "GPU"
 
 
+def _restarts_family(client: EngineClient) -> SelfFamily:
+    return SelfFamily("otel_llm_engine_restarts", Kind.COUNTER,
+                      "Engines started after the engine died or hung (--engine-restarts).", (("", client.restarts),))
+
+
 class _MetricsEndpoint:
     """Forwards to the SDK's ASGI metrics app (a Route, not a Mount: no 307 to `/metrics/`)."""
 
@@ -69,13 +84,16 @@ class _MetricsEndpoint:
         await scope["app"].state.serving.metrics_app(scope, receive, send)
 
 
-def create_app(config: ServerConfig, client: EngineClient | None = None) -> FastAPI:
+def create_app(config: ServerConfig, client: EngineClient | None = None, clock: ShutdownClock | None = None) -> FastAPI:
     """The app; `client` is an already started engine (the CLI starts it first so
     engine config errors fail before the port is bound), else the lifespan starts one.
-    The app owns the client either way and closes it at shutdown."""
+    The app owns the client either way and closes it at shutdown, within `clock`'s
+    timeout (the CLI's `BoundedServer` starts it at the signal; default: at the lifespan's end)."""
+    clock = clock or ShutdownClock(config.shutdown_timeout_s)
     resource = service_resource("otel-llm")  # one per server process: its own service.instance.id
     # Tracing costs a span per request: on only when the spans go somewhere.
-    tracer_provider = (build_tracer_provider(resource, config.otlp_traces_endpoint)
+    span_counts = ExportCounts("traces")
+    tracer_provider = (build_tracer_provider(resource, config.otlp_traces_endpoint, span_counts)
                        if config.otlp_traces_endpoint else None)
 
     @asynccontextmanager
@@ -99,32 +117,46 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
             ))
             engine.attach(asyncio.get_running_loop(), tel)
             reader = None
+            exporters = (span_counts,) if tracer_provider is not None else ()
             if config.otlp_metrics_endpoint and tel.enabled:
-                reader = otlp_metric_reader(config.otlp_metrics_endpoint)
+                metric_counts = ExportCounts("metrics")
+                reader = otlp_metric_reader(config.otlp_metrics_endpoint, counts=metric_counts)
+                exporters += (metric_counts,)
                 tel.attach_reader(reader, resource)
-                logger.info("pushing OTLP metrics to %s every %.0f s", config.otlp_metrics_endpoint,
+                logger.info("pushing OTLP metrics to %s every %.0f s", redact_url(config.otlp_metrics_endpoint),
                             reader._export_interval_millis / 1000)
         except BaseException:
             engine.close()
             raise
         app.state.serving = ServingState(
-            config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name), tel.metrics_app,
-            model_name, int(time.time()),
+            config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name),
+            make_metrics_app([tel], config.metrics_compat, lambda: [*exporter_families(exporters),
+                                                                   _restarts_family(engine)]),
+            model_name, int(time.time()), exporters,
         )
         logger.info("serving %s on http://%s:%d", model_name, config.host, config.port)
         try:
             yield
         finally:
+            clock.begin()
             await asyncio.to_thread(engine.close)
-            if reader is not None:
-                await asyncio.to_thread(reader.shutdown)  # one last export
             tel.shutdown()
-            if tracer_provider is not None:
-                tracer_provider.shutdown()
+            flushes = {}
+            if reader is not None:  # one last export
+                flushes["metrics"] = lambda: reader.shutdown(timeout_millis=clock.remaining() * 1000)
+            if tracer_provider is not None:  # the spans still queued
+                flushes["spans"] = tracer_provider.shutdown
+            unfinished = await finish_within(clock.remaining(), flushes)
+            if unfinished:
+                logger.warning("shutdown: the %s export did not finish within --shutdown-timeout %g s; what it "
+                               "still held is dropped (%s)", " and ".join(unfinished), clock.timeout_s,
+                               "; ".join(f"{c.data_type}: {c.stats()}" for c in exporters))
 
-    app = FastAPI(title="otel-llm", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="otel-llm", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(OpenAIError, openai_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(HTTPException, http_error_handler)  # 404, 405, unreadable body
+    app.add_middleware(BodyLimit, max_bytes=config.max_request_bytes)  # inside the server span: 413s are traced
     if tracer_provider is not None:
         app.add_middleware(ServerSpanMiddleware, tracer_provider=tracer_provider)
     app.router.routes.append(Route("/metrics", _MetricsEndpoint(), methods=["GET"]))
@@ -146,11 +178,15 @@ def create_app(config: ServerConfig, client: EngineClient | None = None) -> Fast
     @app.get("/health")
     async def health(request: Request):
         s: ServingState = request.app.state.serving
-        if s.client.dead_reason is not None:
-            return JSONResponse({"status": "unhealthy", "reason": s.client.dead_reason}, status_code=503)
-        return {"status": "ok", "model": s.model_name, "engine_pid": s.client.engine_pid,
-                "in_flight": s.client.num_in_flight, "otlp_traces_endpoint": s.config.otlp_traces_endpoint,
-                "otlp_metrics_endpoint": s.config.otlp_metrics_endpoint}
+        if s.client.dead_reason is not None:  # restarting, or given up ("unhealthy")
+            return JSONResponse({"status": "restarting" if s.client.state == "restarting" else "unhealthy",
+                                 "reason": s.client.dead_reason, "engine_restarts": s.client.restarts},
+                                status_code=503)
+        return {"status": "ok", "model": s.model_name, "in_flight": s.client.num_in_flight,
+                "engine_restarts": s.client.restarts,
+                "otlp_traces_endpoint": redact_url(s.config.otlp_traces_endpoint),
+                "otlp_metrics_endpoint": redact_url(s.config.otlp_metrics_endpoint),
+                "exporters": {c.data_type: c.stats()._asdict() for c in s.exporters}}
 
     app.add_middleware(ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
     return app

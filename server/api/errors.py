@@ -1,8 +1,9 @@
 """OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}`.
 
 `OpenAIError` is raised anywhere in a handler; the app's exception handlers turn
-it (and FastAPI's request-validation errors, and malformed JSON) into the JSON
-body and status OpenAI clients expect.
+it (and FastAPI's request-validation errors, malformed JSON, and Starlette's own
+HTTP errors: unknown path, wrong method, unreadable body) into the JSON body and
+status OpenAI clients expect.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 _TYPES = {
     400: "BadRequestError",
@@ -52,10 +54,24 @@ async def validation_error_handler(request: Request, exc: RequestValidationError
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or None
-    if first.get("type") == "json_invalid":
-        message = f"malformed JSON body: {first.get('msg', 'invalid JSON')}"
+    if first.get("type") == "json_invalid":  # loc is ("body", character offset): no field to name
+        param = None
+        reason = first.get("ctx", {}).get("error") or first.get("msg", "invalid JSON")
+        message = f"malformed JSON body: {reason} at character {'.'.join(loc)}"
     else:
         message = "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in errors
         )
     return JSONResponse(error_body(422, message, param), status_code=422)
+
+
+async def http_error_handler(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own errors (404 unknown path, 405 wrong method, 400 unreadable body)
+    in OpenAI's shape instead of `{"detail": ...}`; their headers (a 405's `Allow`) are kept."""
+    if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI: "There was an error parsing the body"
+        message = f"the request body is not valid UTF-8: {exc.__cause__}"
+    elif exc.status_code in (404, 405):  # about the URL or the method: say which
+        message = f"{exc.detail}: {request.method} {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code, headers=exc.headers)

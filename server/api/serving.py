@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -27,13 +28,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from otel_llm import FinishReason, RequestInfo
 from server import ipc, protocol
 from server.api.errors import OpenAIError, bad_request
-from server.engine_client import EngineClient, EngineDead, Rejected
+from server.engine_client import EngineClient, EngineDead, Rejected, ShuttingDown
 
 logger = logging.getLogger(__name__)
 _REASONS = {int(r): r.name.lower() for r in FinishReason}
 _INT64 = (-(1 << 63), (1 << 63) - 1)  # what the engine's wire format (server/ipc.py) holds for a seed
 _INT32_MAX = (1 << 31) - 1  # ... and for top_k
 _DONE = "data: [DONE]\n\n"
+_INLINE_TOKENIZE_CHARS = 4096  # longer prompts are tokenized off the event loop (~1 ms of tokenizer per 4 KiB)
 _TERMINAL = (int(FinishReason.ERROR), int(FinishReason.ABORT))
 
 
@@ -74,19 +76,19 @@ class OpenAIServing:
         # Engine rids when Telemetry gives no handle (disabled, or its table is full):
         # negative, so they never collide with a handle.
         self._fallback_rids = itertools.count(-2, -1)
+        # One thread: long prompts are tokenized one at a time, beside the event loop.
+        self._tokenize_thread = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
 
     # -- endpoints ---------------------------------------------------------
     async def completions(self, req: protocol.CompletionRequest, request: Request) -> Response:
-        self._check_model(req.model)
-        if req.echo:
-            raise bad_request("echo is not supported", "echo")
-        prompt_ids = self._completion_prompt(req.prompt)
+        self._check(req)
+        prompt_ids = await self._completion_prompt(req.prompt)
         p = self._prepare(req, "text_completion", f"cmpl-{uuid.uuid4().hex}", prompt_ids, req.max_tokens)
         prompt = req.prompt if isinstance(req.prompt, str) else self.tokenizer.decode(prompt_ids)
         return await self._serve(p, request, chat=False, content=lambda: [{"role": "user", "content": prompt}])
 
     async def chat(self, req: protocol.ChatCompletionRequest, request: Request) -> Response:
-        self._check_model(req.model)
+        self._check(req)
         if not req.messages:
             raise bad_request("messages must be a non-empty list", "messages")
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
@@ -94,20 +96,31 @@ class OpenAIServing:
             prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         except ValueError as exc:
             raise bad_request(str(exc), "messages") from None
-        prompt_ids = self.tokenizer.encode(prompt)
+        prompt_ids = await self._encode(prompt)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         p = self._prepare(req, "chat", f"chatcmpl-{uuid.uuid4().hex}", prompt_ids, max_tokens, param)
         return await self._serve(p, request, chat=True, content=lambda: messages)
 
     # -- validation --------------------------------------------------------
-    def _check_model(self, model: str) -> None:
-        if model != self.model_name:
-            raise OpenAIError(404, f"The model `{model}` does not exist.", "model", "model_not_found")
+    def _check(self, req) -> None:
+        """The model is ours and no field asks for what this server does not do."""
+        if req.model != self.model_name:
+            raise OpenAIError(404, f"The model `{req.model}` does not exist.", "model", "model_not_found")
+        unsupported = protocol.unsupported_field(req)
+        if unsupported is not None:
+            raise bad_request(f"{unsupported} is not supported by this server", unsupported)
 
-    def _completion_prompt(self, prompt) -> list[int]:
+    async def _encode(self, text: str) -> list[int]:
+        """Token ids; a long text is tokenized on the tokenizer thread (the tokenizer releases
+        the GIL), so the event loop keeps streaming meanwhile (10 MB take seconds)."""
+        if len(text) <= _INLINE_TOKENIZE_CHARS:
+            return self.tokenizer.encode(text)
+        return await asyncio.get_running_loop().run_in_executor(self._tokenize_thread, self.tokenizer.encode, text)
+
+    async def _completion_prompt(self, prompt) -> list[int]:
         if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt)
+            return await self._encode(prompt)
         if not prompt:
             raise bad_request("prompt must not be empty", "prompt")
         if isinstance(prompt[0], int):
@@ -115,7 +128,7 @@ class OpenAIServing:
         elif len(prompt) != 1:
             raise bad_request("batched prompts are not supported: send one prompt per request", "prompt")
         elif isinstance(prompt[0], str):
-            return self.tokenizer.encode(prompt[0])
+            return await self._encode(prompt[0])
         else:
             ids = list(prompt[0])
         vocab = self.tokenizer.vocab_size
@@ -145,8 +158,6 @@ class OpenAIServing:
         top_k = -1 if req.top_k is None else req.top_k
         if not -1 <= top_k <= _INT32_MAX:
             raise bad_request(f"top_k must be -1 (off) or in [0, {_INT32_MAX}], got {req.top_k}", "top_k")
-        if req.logprobs:
-            raise bad_request("logprobs are not supported", "logprobs")
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
         if any(not s for s in stop):
             raise bad_request("stop strings must be non-empty", "stop")
@@ -221,6 +232,8 @@ class OpenAIServing:
                                           code="engine_dead")
                     if isinstance(item, Rejected):
                         raise bad_request(item.message)
+                    if isinstance(item, ShuttingDown):
+                        raise OpenAIError(503, str(item), code="server_shutting_down")
                     if item.finished:
                         # ERROR/ABORT may come before the request forked its n sequences:
                         # it ends the whole request.

@@ -9,6 +9,11 @@ span's identity is decided up front and put in `scope["state"]["trace_headers"]`
 child), and the finished span goes straight to the provider's span processors:
 no live span, no context attach per request. Scrape and probe paths (`/metrics`,
 health) get no span.
+
+Per the HTTP semantic conventions the span is named `{method} {route template}`, or
+just `{method}` when no route matched (a 404), so clients cannot mint span names;
+a method outside the standard set is `_OTHER` (span name `HTTP`). The provider's
+span limits apply (`otel_llm.span_limits`: `url.path` is cut at 4096 characters by default).
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from otel_llm.export_counts import ExportCounts
+from otel_llm.redaction import redact_url
+from otel_llm.span_limits import SpanLimiter
 from otel_llm.tracing import new_span_identity
 
 logger = logging.getLogger(__name__)
@@ -29,11 +37,14 @@ logger = logging.getLogger(__name__)
 _UNTRACED_PREFIXES = ("/metrics", "/health", "/v2/health", "/ping")
 _SCOPE = InstrumentationScope("otel_llm.server")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_METHODS = frozenset(("CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY", "TRACE"))
 
 
-def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None) -> TracerProvider:
+def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None,
+                          counts: ExportCounts | None = None) -> TracerProvider:
     """A provider with an OTLP exporter when an endpoint is given, else none (spans
-    are still created, so trace ids propagate, but go nowhere).
+    are still created, so trace ids propagate, but go nowhere); its spans are counted
+    into `counts` (`otel_llm.tracer_setup.CountingBatchSpanProcessor`) if given.
 
     The exporter is the SDK's (`otel_llm.tracer_setup.otlp_span_exporter`): OTLP/HTTP
     unless `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL=grpc`; `/v1/traces` is appended to an
@@ -43,8 +54,8 @@ def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None) 
     if otlp_traces_endpoint:
         from otel_llm.tracer_setup import batch_span_processor, otlp_span_exporter
 
-        provider.add_span_processor(batch_span_processor(otlp_span_exporter(otlp_traces_endpoint)))
-        logger.info("exporting traces over OTLP to %s", otlp_traces_endpoint)
+        provider.add_span_processor(batch_span_processor(otlp_span_exporter(otlp_traces_endpoint), counts))
+        logger.info("exporting traces over OTLP to %s", redact_url(otlp_traces_endpoint))
     return provider
 
 
@@ -53,6 +64,7 @@ class ServerSpanMiddleware:
         self.app = app
         self.provider = tracer_provider
         self._processor = tracer_provider._active_span_processor  # as otel_llm.tracing does
+        self._limits = SpanLimiter(tracer_provider._span_limits)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"].startswith(_UNTRACED_PREFIXES):
@@ -60,9 +72,9 @@ class ServerSpanMiddleware:
             return
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
                    if k in (b"traceparent", b"tracestate")}
-        method, path = scope["method"], scope["path"]
-        trace_id, span_id, parent, sampled = new_span_identity(self.provider, carrier, f"{method} {path}",
-                                                               SpanKind.SERVER)
+        method = scope["method"] if scope["method"] in _METHODS else "_OTHER"
+        name = "HTTP" if method == "_OTHER" else method  # `{name} {route}` once a route matched
+        trace_id, span_id, parent, sampled = new_span_identity(self.provider, carrier, name, SpanKind.SERVER)
         headers = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"}
         if parent is not None and parent.trace_state:
             headers["tracestate"] = parent.trace_state.to_header()
@@ -73,10 +85,12 @@ class ServerSpanMiddleware:
         start = time.time_ns()
         attributes = {
             "http.request.method": method,
-            "url.path": path,
+            "url.path": scope["path"],
             "url.scheme": scope.get("scheme", "http"),
             "network.protocol.version": scope.get("http_version", "1.1"),
         }
+        if method == "_OTHER":
+            attributes["http.request.method_original"] = scope["method"]
         if scope.get("client"):
             attributes["client.address"] = scope["client"][0]
         status, events = Status(StatusCode.UNSET), ()
@@ -98,10 +112,11 @@ class ServerSpanMiddleware:
                                           "exception.escaped": True}),)
             raise
         finally:
-            route = getattr(scope.get("route"), "path", None)
+            route = getattr(scope.get("route"), "path", None)  # the template: set only when a route matched
             if route:
                 attributes["http.route"] = route
             ctx = SpanContext(trace_id, span_id, False, _SAMPLED, parent.trace_state if parent else None)
             self._processor.on_end(ReadableSpan(
-                f"{method} {route or path}", ctx, parent, self.provider.resource, attributes, events, (),
+                f"{name} {route}" if route else name, ctx, parent, self.provider.resource,
+                self._limits.attributes(attributes), self._limits.events(events), (),
                 SpanKind.SERVER, None, status, start, time.time_ns(), _SCOPE))

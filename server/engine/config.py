@@ -15,7 +15,7 @@ class EngineConfig:
     """How to build an `LLMEngine`. Bad values raise ValueError naming the field and value.
 
     model: a `server.model.load_model` spec: "dummy", "smollm2", or an existing path (a HF directory).
-    dtype: "auto" (bfloat16 on CUDA; on CPU bfloat16 only with native bf16), or a dtype name.
+    dtype: "auto" (bfloat16 on CUDA, float32 on CPU), or a dtype name.
     device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N".
     num_kv_blocks: None sizes the KV cache from a memory budget (CPU: 1 GiB at most,
         CUDA: half the free memory), never beyond what max_num_seqs full-length

@@ -41,12 +41,14 @@ class LLMEngine:
         self.config = config
         torch.set_num_threads(config.num_threads or _default_num_threads())
         device = _resolve_device(config.device)
+        dtype_name = _resolve_dtype(config.dtype, device)
         if loaded_model is None:
             from server.model import load_model
 
-            loaded_model = load_model(config.model, _load_dtype(config.dtype, device))
+            # the loaders know float32 and bfloat16; float16 is cast from float32 on the way to the device
+            loaded_model = load_model(config.model, "float32" if dtype_name == "float16" else dtype_name)
         model_config = loaded_model.config
-        dtype = _compute_dtype(config.dtype, device, model_config.dtype)
+        dtype = getattr(torch, dtype_name)
         self.model_name = loaded_model.name
         self.tokenizer = loaded_model.tokenizer
         self.eos_token_ids = frozenset(model_config.eos_token_ids)
@@ -298,17 +300,16 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _load_dtype(dtype: str, device: torch.device) -> str:
-    """The dtype to ask the loader for (it knows float32 and bfloat16; float16 is cast after)."""
-    if dtype == "auto":
-        return "bfloat16" if device.type == "cuda" else "auto"
-    return "float32" if dtype == "float16" else dtype
+def _resolve_dtype(dtype: str, device: torch.device) -> str:
+    """`dtype` with "auto" resolved: bfloat16 on CUDA, float32 on CPU.
 
-
-def _compute_dtype(dtype: str, device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
+    On CPU, correct answers outweigh native bf16's faster decode: bf16 rounding moves
+    SmolLM2's logits by ~0.1, more than the 0.08 by which "The" leads "L" in its greedy
+    answer to "What is the capital of France?" (benchmarks/dtype_bench.py).
+    """
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else model_dtype
-    return getattr(torch, dtype)
+        return "bfloat16" if device.type == "cuda" else "float32"
+    return dtype
 
 
 def _auto_num_blocks(config: EngineConfig, model_config, max_model_len: int, device: torch.device, dtype) -> int:

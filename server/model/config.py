@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import torch
 
@@ -43,26 +42,10 @@ class LlamaConfig:
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    """Map ``"auto" | "float32" | "bfloat16"`` to a torch dtype.
-
-    ``"auto"`` is bfloat16 when the CPU has native bf16 matmul (AVX512-BF16 or
-    AMX), else float32: emulated bf16 is slower than float32.
-    """
-    if dtype == "auto":
-        return torch.bfloat16 if _cpu_has_bf16() else torch.float32
+    """Map ``"float32" | "bfloat16"`` to a torch dtype (``--dtype auto`` is the engine's to resolve)."""
     if dtype not in _DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of 'auto', 'float32', 'bfloat16'")
+        raise ValueError(f"dtype {dtype!r} is not one of 'float32', 'bfloat16'")
     return _DTYPES[dtype]
-
-
-def _cpu_has_bf16() -> bool:
-    # torch.backends.cpu.get_cpu_capability() stops at "AVX512"; the bf16
-    # extensions are only visible in the kernel's CPU flags (Linux).
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def is_norm_weight(name: str) -> bool:

@@ -28,11 +28,10 @@ class LoadedModel:
     tokenizer: Tokenizer
 
 
-def load_model(spec: str, dtype: str = "auto") -> LoadedModel:
+def load_model(spec: str, dtype: str = "float32") -> LoadedModel:
     """Load ``"dummy"``, ``"smollm2"`` or a local Hugging Face Llama directory.
 
-    ``dtype`` is ``"auto"`` (bfloat16 where the CPU has native bf16, else
-    float32), ``"float32"`` or ``"bfloat16"``. The served name is the spec, or
+    ``dtype`` is ``"float32"`` or ``"bfloat16"``. The served name is the spec, or
     the directory's basename. ``"smollm2"`` may download ~93 MB on first use
     (see ``ensure_smollm2_gguf``). Raises ValueError naming the bad spec,
     dtype, file or key.

@@ -51,8 +51,12 @@ class Tokenizer:
         return self._backend
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of ``text``; special-token strings in ``text`` map to their ids."""
-        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+        """Token ids of ``text``; special-token strings in ``text`` map to their ids.
+
+        Through `encode_batch_fast`: the same ids as `encode`, without offsets (half the
+        time), and the GIL is released while it runs (`encode` keeps it: 5 s for 10 MB of
+        text, during which no other thread of the process runs)."""
+        return self._backend.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``; an incomplete UTF-8 sequence decodes to U+FFFD."""

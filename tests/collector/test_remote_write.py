@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -16,6 +17,7 @@ from typing import Any
 import cramjam
 import pytest
 
+from collector.app import Collector, CollectorConfig
 from collector.exporter_queue import (
     ExporterQueue,
     PermanentError,
@@ -36,6 +38,7 @@ from collector.prw_proto import (
     encode_write_request,
 )
 from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExporter
+from otel_llm.redaction import redact_url
 from tests.harness import free_port
 from tests.harness.scripted_http import ScriptedReceiver
 
@@ -416,3 +419,19 @@ def test_public_surface() -> None:
         "Exemplar", "Label", "MetricMetadata", "PrwExemplar", "PrwSeries", "STALE_NAN", "Sample",
         "TimeSeries", "WriteRequest", "decode_write_request", "encode_write_request",
     ]
+
+
+def test_credentials_in_the_url_are_basic_auth_and_never_logged(receiver_factory, exporter_factory, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="collector.exporter_queue")
+    rx = receiver_factory([(503, {}, b"busy")])
+    url = rx.url.replace("http://", "http://tenant:s3cret%21@") + "?api_key=k3y"
+    exporter = exporter_factory(url)
+    exporter.export([series("x", 1.0)])
+    wait_for(lambda: exporter.stats().sent == 1)
+    assert rx.received[-1].headers["Authorization"] == "Basic " + base64.b64encode(b"tenant:s3cret!").decode()
+    with Collector(CollectorConfig(otlp_http_port=0, otlp_grpc_port=None, prometheus_port=None,
+                                   remote_write_urls=(url,))) as collector:
+        shown = collector.describe() + caplog.text
+    assert "remote-write http://xxxxx@127.0.0.1" in shown, shown
+    assert "s3cret" not in shown and "k3y" not in shown and "tenant" not in shown
+    assert redact_url(url) == rx.url.replace("http://", "http://xxxxx@") + "?api_key=xxxxx"

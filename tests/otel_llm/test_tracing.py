@@ -70,3 +70,39 @@ def test_content_capture_is_opt_in(monkeypatch):
     (root,) = h.exporter.get_finished_spans()
     assert root.attributes["gen_ai.input.messages"] == '[{"role":"user"}]'
     assert "Paris" in root.attributes["gen_ai.output.messages"]
+
+
+def finish_one(h, info):
+    rid = h.tel.arrival(info)
+    h.rec.finished(rid, FinishReason.STOP)
+    h.step(S, S)
+    (root,) = h.exporter.get_finished_spans()
+    return root
+
+
+def test_request_fields_are_cut_at_4096_characters_by_default(h):
+    """The SDK bounds only live spans; ours are built retroactively, so they apply the limits themselves,
+    and with no OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT a client still cannot make a span as large as it likes."""
+    a = finish_one(h, RequestInfo("i" * 5000, 3, stop_sequences=("x" * 1_000_000, "short"))).attributes
+    assert a["gen_ai.request.stop_sequences"] == ("x" * 4096, "short")  # element-wise
+    assert a["gen_ai.request.id"] == "i" * 4096
+    assert a["gen_ai.request.model"] == "m" and a["gen_ai.usage.input_tokens"] == 3
+
+
+def test_value_length_limit_from_the_environment(monkeypatch):
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "100")
+    a = finish_one(Harness(), RequestInfo("r", 3, stop_sequences=("x" * 1000,))).attributes
+    assert a["gen_ai.request.stop_sequences"] == ("x" * 100,)
+
+
+def test_count_limits_keep_the_first_and_count_the_rest(monkeypatch):
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "3")
+    monkeypatch.setenv("OTEL_SPAN_EVENT_COUNT_LIMIT", "1")
+    h = Harness()
+    run_timeline(h, preempt_in_decode=True)
+    spans = spans_by_name(h)
+    root = spans["chat m"]
+    assert list(root.attributes) == ["gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model"]
+    assert root.dropped_attributes > 10
+    assert [e.name for e in root.events] == ["first_token"] and root.dropped_events == 1  # "preempted" dropped
+    assert spans["decode"].attributes == {"gen_ai.operation.name": "chat"}

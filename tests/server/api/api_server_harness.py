@@ -57,6 +57,12 @@ class ServerProcess:
         return Path(self.log.name).read_text()
 
     def stop(self) -> None:
+        self.terminate()
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def terminate(self) -> None:
+        """SIGINT and wait (the log stays readable until `stop`)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -64,8 +70,6 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
-        os.unlink(self.log.name)
 
     def health(self) -> httpx.Response:
         return httpx.get(f"{self.url}/health", timeout=10)

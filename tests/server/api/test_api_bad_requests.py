@@ -61,7 +61,69 @@ def test_bad_request(shared_server, path, body, status, param, contains):
 @pytest.mark.parametrize("raw", [b"{not json", b"", b"[1, 2", "{\"model\": \"dummy\", \"messages\": [}".encode()])
 def test_malformed_json_is_422(shared_server, raw):
     r = _post(shared_server, CHAT, content=raw, headers={"content-type": "application/json"})
-    _assert_error(r, 422)
+    assert _assert_error(r, 422)["param"] is None  # not the character offset of the error
+
+
+def test_a_body_that_is_not_utf8_is_an_openai_400(shared_server):
+    r = _post(shared_server, CHAT, content=b'{"model": "dummy", "messages": [{"role": "user", "content": "\xff\xfe"}]}',
+              headers={"content-type": "application/json"})
+    assert _assert_error(r, 400, contains="UTF-8")["param"] is None
+
+
+@pytest.mark.parametrize("method,path,status", [
+    ("GET", CHAT, 405), ("PUT", CHAT, 405), ("DELETE", CMPL, 405), ("POST", "/v1/models", 405),
+    ("GET", "/v1/nope", 404), ("POST", "/v1/chat/completion", 404),
+])
+def test_unknown_paths_and_wrong_methods_are_openai_errors(shared_server, method, path, status):
+    r = httpx.request(method, f"{shared_server.url}{path}", timeout=30, json={"model": "dummy", "messages": MSG})
+    assert _assert_error(r, status, contains=f"{method} {path}")["code"] == status
+    if status == 405:
+        assert r.headers["allow"] in ("GET", "POST")
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("endpoint,kwargs", [
+    ("chat", {"tools": [TOOL]}),
+    ("chat", {"tool_choice": "required"}),
+    ("chat", {"tool_choice": {"type": "function", "function": {"name": "f"}}}),
+    ("chat", {"functions": [TOOL["function"]]}),
+    ("chat", {"function_call": {"name": "f"}}),
+    ("chat", {"response_format": {"type": "json_object"}}),
+    ("chat", {"logprobs": True}),
+    ("chat", {"top_logprobs": 2}),
+    ("chat", {"logit_bias": {"50": 100}}),
+    ("chat", {"presence_penalty": 0.5}),
+    ("chat", {"frequency_penalty": -1.0}),
+    ("chat", {"modalities": ["text", "audio"]}),
+    ("completions", {"logprobs": 0}),
+    ("completions", {"echo": True}),
+    ("completions", {"best_of": 2}),
+    ("completions", {"suffix": "tail"}),
+    ("completions", {"logit_bias": {"50": 100}}),
+])
+def test_fields_this_server_would_ignore_are_400s_naming_them(shared_server, endpoint, kwargs):
+    (field,) = kwargs
+    with openai.OpenAI(base_url=f"{shared_server.url}/v1", api_key="x", max_retries=0) as c:
+        with pytest.raises(openai.BadRequestError) as exc:
+            if endpoint == "chat":
+                c.chat.completions.create(model="dummy", messages=MSG, max_tokens=2, **kwargs)
+            else:
+                c.completions.create(model="dummy", prompt="x", max_tokens=2, **kwargs)
+    assert exc.value.body["param"] == field and field in exc.value.body["message"]
+
+
+def test_those_fields_at_values_that_ask_for_nothing_are_fine(shared_server):
+    with openai.OpenAI(base_url=f"{shared_server.url}/v1", api_key="x", max_retries=0) as c:
+        r = c.chat.completions.create(
+            model="dummy", messages=MSG, max_tokens=2, tools=[], tool_choice="none", response_format={"type": "text"},
+            logprobs=False, top_logprobs=0, logit_bias={}, presence_penalty=0, frequency_penalty=0.0,
+            modalities=["text"], functions=None, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 2
+        r = c.completions.create(model="dummy", prompt="x", max_tokens=2, echo=False, best_of=1, suffix=None,
+                                 extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 2
 
 
 def test_openai_client_raises_typed_errors(shared_server):

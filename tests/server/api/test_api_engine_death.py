@@ -1,5 +1,7 @@
-"""The engine process dies under a request: the request fails with a 5xx OpenAI error,
-`/health` turns 503 with the reason, new requests get 503, the failure is counted."""
+"""The engine process dies or hangs under load: its requests fail with OpenAI errors (streams get
+an error event), are counted as `error`, the engine's gauges drop to 0, `/health` says it is
+restarting, and a new engine serves again (`--engine-restarts`), counted on `/metrics`. Past the
+restart budget the server says it is dead, liveness included."""
 
 from __future__ import annotations
 
@@ -8,64 +10,101 @@ import signal
 import threading
 
 import httpx
+import openai
 import pytest
 from api_server_harness import ServerProcess, sample, wait_until
 
+from server.engine_process import engine_pids
+
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture
-def server():
-    srv = ServerProcess().start()
-    yield srv
-    srv.stop()
+STREAMS = 12
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
 
-def test_engine_killed_mid_request(server):
-    pid = server.health().json()["engine_pid"]
-    assert pid and pid != server.proc.pid
-    os.kill(pid, signal.SIGSTOP)  # hold the request inside the engine deterministically
-    result = {}
-
-    def request():
-        result["r"] = httpx.post(f"{server.url}/v1/completions", timeout=60,
-                                 json={"model": "dummy", "prompt": "doomed", "max_tokens": 50})
-
-    t = threading.Thread(target=request)
-    t.start()
-    assert wait_until(lambda: server.health().json()["in_flight"] == 1)
-    os.kill(pid, signal.SIGKILL)
-    t.join(timeout=30)
-    r = result["r"]
-    assert 500 <= r.status_code < 600
-    err = r.json()["error"]
-    assert "engine" in err["message"] and err["type"]
-
-    health = server.health()
-    assert health.status_code == 503
-    assert "exit code -9" in health.json()["reason"]
-    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 503
-
-    again = httpx.post(f"{server.url}/v1/chat/completions", timeout=10,
-                       json={"model": "dummy", "messages": [{"role": "user", "content": "hi"}]})
-    assert again.status_code == 503 and "engine" in again.json()["error"]["message"]
-    # the in-flight request is counted as an error; the refused one never arrived
-    m = server.metrics()
-    assert sample(m, "vllm:request_success_total", finished_reason="error") == 1
-    assert server.proc.poll() is None  # the API process keeps answering
-
-
-def test_engine_killed_mid_stream(server):
-    pid = server.health().json()["engine_pid"]
-    with httpx.stream("POST", f"{server.url}/v1/completions", timeout=60,
+def _stream(server, out: list) -> None:
+    """One long stream; appends its non-empty SSE lines' list when it ends."""
+    with httpx.stream("POST", f"{server.url}/v1/completions", timeout=120,
                       json={"model": "dummy", "prompt": "s", "max_tokens": 2000, "ignore_eos": True,
                             "stream": True}) as r:
-        assert r.status_code == 200
-        lines = r.iter_lines()
-        first = next(line for line in lines if line)
-        assert first.startswith("data: {")
+        out.append([line for line in r.iter_lines() if line])
+
+
+def _wait_health(server, status: str, timeout_s: float = 60.0) -> dict:
+    def check():
+        body = server.health().json()
+        return body if body["status"] == status else None
+    body = wait_until(check, timeout_s)
+    assert body, f"/health never said {status!r}: {server.health().json()}"
+    return body
+
+
+def test_killed_engine_fails_its_requests_zeroes_its_gauges_and_is_restarted():
+    server = ServerProcess("--max-num-seqs", "8").start()  # 8 running, 4 waiting
+    try:
+        [pid] = engine_pids(server.proc.pid)
+        ends: list = []
+        threads = [threading.Thread(target=_stream, args=(server, ends)) for _ in range(STREAMS)]
+        for t in threads:
+            t.start()
+        assert wait_until(lambda: sample(server.metrics(), "vllm:num_requests_running") == 8
+                          and sample(server.metrics(), "vllm:num_requests_waiting") == 4, 30)
         os.kill(pid, signal.SIGKILL)
-        rest = [line for line in lines if line]
-    assert rest[-1] == "data: [DONE]"
-    assert any('"error"' in line and "engine" in line for line in rest)
-    assert server.health().status_code == 503
+        for t in threads:
+            t.join(60)
+        assert len(ends) == STREAMS
+        for lines in ends:  # every stream: an error event, then [DONE]
+            assert lines[-1] == "data: [DONE]" and '"error"' in lines[-2] and "engine" in lines[-2]
+        m = server.metrics()
+        assert sample(m, "vllm:request_success_total", finished_reason="error") == STREAMS
+        assert {name: sample(m, name) for name in GAUGES} == {name: 0 for name in GAUGES}  # not 8 / 4 / x%
+
+        health = _wait_health(server, "ok")
+        assert health["engine_restarts"] == 1
+        [new_pid] = engine_pids(server.proc.pid)
+        assert new_pid != pid
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0) as client:
+            done = client.completions.create(model="dummy", prompt="again", max_tokens=5, extra_body={"ignore_eos": True})
+        assert done.usage.completion_tokens == 5
+        m = server.metrics()
+        assert sample(m, "otel_llm_engine_restarts_total") == 1
+        assert sample(m, "vllm:request_success_total", finished_reason="length") == 1
+        assert "engine is dead" in server.output() and "engine restarted" in server.output()
+    finally:
+        server.stop()
+
+
+def test_hung_engine_is_detected_failed_and_restarted():
+    server = ServerProcess("--engine-heartbeat-timeout", "2").start()
+    try:
+        [pid] = engine_pids(server.proc.pid)
+        os.kill(pid, signal.SIGSTOP)  # hung: alive, silent
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+            with pytest.raises(openai.InternalServerError, match="unresponsive"):
+                client.completions.create(model="dummy", prompt="stuck", max_tokens=5)
+            health = server.health()
+            if health.status_code == 503:  # still restarting: it says so, and why
+                assert health.json()["status"] == "restarting" and "unresponsive" in health.json()["reason"]
+            assert _wait_health(server, "ok")["engine_restarts"] == 1
+            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
+            assert client.completions.create(model="dummy", prompt="x", max_tokens=3).choices[0].text
+        assert sample(server.metrics(), "vllm:request_success_total", finished_reason="error") == 1
+    finally:
+        server.stop()
+
+
+def test_past_the_restart_budget_the_server_says_it_is_dead():
+    server = ServerProcess("--engine-restarts", "0").start()
+    try:
+        [pid] = engine_pids(server.proc.pid)
+        os.kill(pid, signal.SIGKILL)
+        health = _wait_health(server, "unhealthy")
+        assert "exit code -9" in health["reason"] and health["engine_restarts"] == 0
+        assert httpx.get(f"{server.url}/v2/health/ready").status_code == 503
+        assert httpx.get(f"{server.url}/v2/health/live").status_code == 503  # restart the server
+        again = httpx.post(f"{server.url}/v1/chat/completions", timeout=10,
+                           json={"model": "dummy", "messages": [{"role": "user", "content": "hi"}]})
+        assert again.status_code == 503 and "engine" in again.json()["error"]["message"]
+        assert server.proc.poll() is None  # the API process keeps answering
+    finally:
+        server.stop()

@@ -213,3 +213,48 @@ def test_content_capture_records_prompt_and_every_choice(sink):
     assert [m["parts"][0]["content"] for m in out] == texts and {m["finish_reason"] for m in out} == {"length"}
     plain = wait_until(lambda: attrs_of("text_completion", "plain prompt"), timeout_s=15)
     assert plain and json.loads(plain["gen_ai.output.messages"])[0]["parts"][0]["content"] == completion
+
+
+def _gen_ai_attrs(sink, request_id: str):
+    for s in sink.snapshot():
+        a = {x.key: x.value for x in s.attributes}
+        if "gen_ai.request.id" in a and a["gen_ai.request.id"].string_value == request_id:
+            return a
+    return None
+
+
+def _stop_lengths(server, sink) -> list[int]:
+    """The lengths of the stop strings in the gen_ai span of a request with a 1,000,000-character one."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
+        r = c.completions.create(model="dummy", prompt="bounded", max_tokens=2, stop=["s" * 1_000_000, "zz"],
+                                 extra_body={"ignore_eos": True})
+    attrs = wait_until(lambda: _gen_ai_attrs(sink, r.id), timeout_s=15)
+    assert attrs, "no gen_ai span for the request"
+    return [len(v.string_value) for v in attrs["gen_ai.request.stop_sequences"].array_value.values]
+
+
+def test_client_input_does_not_shape_span_names_or_sizes(server, sink):
+    """50 requests to random unknown paths: one span name (`GET`), and OpenAI's error body. A stop
+    string of 1,000,000 characters: cut to 4096 (the default value-length limit) in the gen_ai span."""
+    import uuid
+
+    paths = {f"/v1/{uuid.uuid4().hex}/{i}" for i in range(50)}
+    for path in paths:
+        r = httpx.get(f"{server.url}{path}", timeout=10)
+        assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    spans = wait_until(lambda: (lambda s: s if len(s) == 50 else None)(
+        [s for s in sink.snapshot() if any(a.key == "url.path" and a.value.string_value in paths
+                                           for a in s.attributes)]), timeout_s=15)
+    assert spans, "not all 50 spans arrived"
+    assert {s.name for s in spans} == {"GET"}
+    assert _stop_lengths(server, sink) == [4096, 2]
+
+
+def test_value_length_limit_from_the_environment(sink):
+    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    srv = ServerProcess("--otlp-traces-endpoint", endpoint, env={
+        "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100"}).start()
+    try:
+        assert _stop_lengths(srv, sink) == [100, 2]
+    finally:
+        srv.stop()

@@ -11,6 +11,7 @@ import time
 from array import array
 
 from server import ipc
+from server.config import ServerConfig
 from server.engine_client import EngineClient, EngineDead
 
 
@@ -29,6 +30,9 @@ class _OrderLog:
     def fail(self, handle, reason) -> None:
         self.log.append(("fail", handle))
 
+    def engine_gone(self) -> None:
+        self.log.append(("gone",))
+
 
 def _out(rid: int, finished: bool = False) -> ipc.SeqOutput:
     return ipc.SeqOutput(rid, 0, array("i", [7]), "x", finished, 0 if finished else -1, 3, 0)
@@ -36,7 +40,7 @@ def _out(rid: int, finished: bool = False) -> ipc.SeqOutput:
 
 async def _scenario() -> list:
     log: list = []
-    client = EngineClient(config=None)
+    client = EngineClient(ServerConfig(engine_restarts=0))
     client._loop, client._tel, client._texts = asyncio.get_running_loop(), _OrderLog(log), None
     client._conn, engine_end = mp.Pipe()
 
@@ -63,7 +67,7 @@ async def _scenario() -> list:
     await asyncio.sleep(0.01)
     log.append("|")
     client._on_event(ipc.Step([_out(1), _out(2)], b"C"))
-    client._on_dead("engine process exited (exit code 9)")
+    client._on_dead("engine process exited (exit code 9)", client._generation)
     await asyncio.gather(*consumers)
     client._conn.close()
     engine_end.close()
@@ -85,6 +89,7 @@ def test_first_and_last_tokens_are_stamped_then_the_rest_go_out_before_telemetry
     assert sorted(e for e in events if e[0] == "fail") == [("fail", 1), ("fail", 2)]
     assert events.index(("ingest", b"C")) < min(events.index(("fail", 1)), events.index(("fail", 2)))
     assert ("dead", 1) in events and ("dead", 2) in events
+    assert events.index(("gone",)) > max(events.index(("fail", 1)), events.index(("fail", 2)))  # gauges to 0 last
 
 
 def _stamped(part: list) -> list[tuple]:

@@ -84,3 +84,25 @@ def test_no_span(path, headers):
     assert resp.status_code == 200 and spans == ()
     if path.startswith("/items"):  # the unsampled decision still reaches the handler (children stay unsampled)
         assert resp.json()["trace_headers"]["traceparent"].endswith("-00")
+
+
+def test_span_names_are_route_templates_never_the_raw_path_or_method():
+    """Per the HTTP semconv: `{method} {route}`, `{method}` when no route matched (404), `HTTP` for a
+    method outside the standard set; so clients cannot mint span names."""
+    requests = [("GET", f"/random/{i}/x{i * 7919}", {}) for i in range(50)]
+    requests += [("GET", "/items/3", {}), ("PUT", "/items/4", {}), ("FROB", "/items/5", {}), ("FROB", "/nope", {})]
+    responses, spans = serve(*requests)
+    assert [r.status_code for r in responses[-4:]] == [405, 405, 405, 404]
+    assert [s.name for s in spans[:50]] == ["GET"] * 50
+    assert {s.attributes["url.path"] for s in spans[:50]} == {path for _, path, _ in requests[:50]}
+    assert [s.name for s in spans[50:]] == ["GET /items/{id}", "PUT /items/{id}", "HTTP /items/{id}", "HTTP"]
+    other = spans[-1].attributes
+    assert other["http.request.method"] == "_OTHER" and other["http.request.method_original"] == "FROB"
+
+
+def test_url_path_is_bounded(monkeypatch):
+    (_,), (span,) = serve(("POST", "/items/" + "7" * 10_000, {}))
+    assert span.attributes["url.path"] == ("/items/" + "7" * 10_000)[:4096]
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "20")
+    (_,), (span,) = serve(("POST", "/items/" + "7" * 10_000, {}))
+    assert span.attributes["url.path"] == "/items/7777777777777" and span.attributes["http.route"] == "/items/{id}"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import server.engine
-from server.engine import EngineConfig
+from server.engine import EngineConfig, LLMEngine
+from server.engine.llm_engine import _resolve_dtype
 
 
 @pytest.mark.parametrize("field, value", [
@@ -29,6 +31,15 @@ def test_engine_rejects_a_model_len_beyond_the_model_or_the_cache(make_engine):
 def test_auto_kv_blocks_fit_max_num_seqs_full_sequences(make_engine):
     engine = make_engine(num_kv_blocks=None, max_num_seqs=4, max_model_len=100, block_size=16)
     assert engine.block_manager.num_blocks == 4 * 7
+
+
+def test_auto_dtype_is_float32_on_cpu_and_bfloat16_on_cuda():
+    # bf16 on CPU changed SmolLM2's greedy answers (benchmarks/dtype_bench.py), native bf16 or not
+    engine = LLMEngine(EngineConfig(model="dummy", device="cpu", num_kv_blocks=512, num_threads=1))
+    model = engine.runner.model
+    assert model.embed.dtype is torch.float32 and model.kv_cache.dtype is torch.float32
+    assert _resolve_dtype("auto", torch.device("cuda", 0)) == "bfloat16"
+    assert _resolve_dtype("bfloat16", torch.device("cpu")) == "bfloat16"
 
 
 def test_public_surface():

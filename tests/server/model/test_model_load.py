@@ -37,10 +37,12 @@ def test_bad_dtype_raises_naming_it():
         load_model("dummy", dtype="float16")
 
 
-def test_auto_dtype_is_float32_or_bfloat16():
-    assert resolve_dtype("auto") in (torch.float32, torch.bfloat16)
+def test_dtype_names_resolve_and_auto_is_the_engines():
     assert resolve_dtype("float32") is torch.float32
     assert resolve_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(ValueError, match="'auto'"):
+        resolve_dtype("auto")
+    assert load_model("dummy").config.dtype is torch.float32
 
 
 def test_loaded_model_and_config_are_frozen():
