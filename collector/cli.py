@@ -15,6 +15,7 @@ import sqlite3
 import sys
 import threading
 
+from collector.arg_types import port, positive_int
 from otel_llm.config import PROFILE_NAMES
 
 logger = logging.getLogger("otel_llm.collector")
@@ -29,20 +30,6 @@ def duration_s(text: str) -> float:
     if match is None or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 300, 300s, 5m, 1h")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: must be in 0..65535 (0 = any free port)")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be >= 1")
-    return value
 
 
 def _checked_by(config: str, what: str, example: str):
@@ -78,7 +65,7 @@ def _fraction(text: str) -> float:
     return value
 
 
-duration_s.__name__, _port.__name__, _positive_int.__name__ = "duration", "port", "positive int"
+duration_s.__name__ = "duration"
 _threshold.__name__, _fraction.__name__ = "duration or off", "fraction"
 
 
@@ -92,16 +79,16 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default=None,
                    help="address every listener binds: 127.0.0.1 by default, 0.0.0.0 for all "
                         "(in --print-otelcol-config: 0.0.0.0 by default, as in a container)")
-    p.add_argument("--otlp-http-port", type=_port, default=4318)
-    p.add_argument("--otlp-grpc-port", type=_port, default=4317)
-    p.add_argument("--prometheus-port", type=_port, default=9464, help="serves /metrics")
+    p.add_argument("--otlp-http-port", type=port, default=4318)
+    p.add_argument("--otlp-grpc-port", type=port, default=4317)
+    p.add_argument("--prometheus-port", type=port, default=9464, help="serves /metrics")
     p.add_argument("--metrics-compat", choices=PROFILE_NAMES, default="vllm",
                    help="names on /metrics: vLLM's (default) or OTel semconv, as on a server's own /metrics")
     p.add_argument("--metric-expiry", type=duration_s, default=300.0,
                    help="drop a series not updated for this long (default 5m)")
-    p.add_argument("--cardinality-limit", type=_positive_int, default=2000,
+    p.add_argument("--cardinality-limit", type=positive_int, default=2000,
                    help="series per metric and sender before the rest go into an otel_metric_overflow series")
-    p.add_argument("--max-series", type=_positive_int, default=200_000, help="series held in all")
+    p.add_argument("--max-series", type=positive_int, default=200_000, help="series held in all")
     p.add_argument("--remote-write-url", action="append", default=[], metavar="URL", type=_remote_write_url,
                    help="also push to this Prometheus remote-write 1.0 endpoint, e.g. "
                         "http://127.0.0.1:9090/api/v1/write (repeatable)")
@@ -139,9 +126,9 @@ def add_parser(sub) -> None:
                             "(Grafana's Jaeger data source and the Jaeger UI can use it as their backend)")
     store.add_argument("--trace-retention", type=duration_s, default=24 * 3600.0, metavar="DURATION",
                        help="delete spans older than this (default 24h)")
-    store.add_argument("--trace-store-max-mib", type=_positive_int, default=1024, metavar="MIB",
+    store.add_argument("--trace-store-max-mib", type=positive_int, default=1024, metavar="MIB",
                        help="keep the database under this size; the oldest spans go first (default 1024)")
-    store.add_argument("--jaeger-port", type=_port, default=16686, help="the query API's port (default 16686)")
+    store.add_argument("--jaeger-port", type=port, default=16686, help="the query API's port (default 16686)")
     sampling = p.add_argument_group("tail sampling of traces (with --traces-to or --trace-store)")
     sampling.add_argument("--tail-sampling", action="store_true",
                           help="hold each trace until its root span arrives, then keep it if a request failed, was "

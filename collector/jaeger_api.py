@@ -21,6 +21,15 @@ unknown), "error", "errorType", "finishReason"}``):
   requests that started in the last ``lookback`` (Go duration).
 - ``GET /api/llm/failed?start=&end=&limit=100``: errored/aborted requests, newest first
   (start/end µs, default now-48h/now).
+- ``GET /api/llm/timeline?start=&end=&lookback=15m&limit=1000&model=&instance=&finishReason=&ttftAbove=&e2eAbove=``:
+  the request timeline (`collector.timeline`) of the requests that started in [start, end] (µs;
+  end defaults to now, start to end - lookback), from the first ``limit`` traces: ``data`` =
+  ``{"start", "end", "truncated" (more traces started in the window), "requests" (rows before
+  filtering), "models", "instances", "finishReasons" (their distinct non-empty values), "rows"
+  (`TimelineRow.as_json` of the rows matching every filter; thresholds in seconds, exclusive),
+  "load" (`LoadPoint.as_json`, of those rows)}``; ``total`` = rows shown.
+
+``GET /ui`` (and ``/ui/...``) serves the timeline web view (`collector.web_ui`), HTML, not JSON.
 
 Bad input answers 400 with the envelope's ``errors[0].msg`` saying what was wrong; unknown paths
 404. Threads: one accepting thread, one daemon thread per connection; the store is thread-safe.
@@ -37,15 +46,18 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 from collector.http_endpoint import HttpEndpoint
+from collector.timeline import RowFilter, load, rows_from_traces
 from collector.trace_query import (
     SPAN_KINDS, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, plain_value, service_name,
 )
 from collector.trace_store import TraceStore
+from collector.web_ui import ui_response
 
 logger = logging.getLogger(__name__)
 
 _MAX_SAFE_INT = (1 << 53) - 1
 _DEFAULT_LOOKBACK_US = 48 * 3600 * 1_000_000
+_TIMELINE_LOOKBACK_US = 15 * 60 * 1_000_000
 _GO_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9,
                 "h": 3600 * 10**9}
 _GO_TERM = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
@@ -78,6 +90,10 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = parse_qs(url.query, keep_blank_values=True)
         parts = url.path.split("/")[1:]  # still escaped: a service name may hold "%2F"
+        if parts[0] == "ui":
+            ui = ui_response(parts[1:])
+            self._send(ui.status, ui.content_type, ui.body, ui.location)
+            return
         try:
             response = self._route(parts, params)
             status = 200
@@ -89,9 +105,14 @@ class _Handler(BaseHTTPRequestHandler):
         pretty = params.get("prettyPrint", [""])[0] not in ("", "false")
         body = json.dumps(response, indent=4 if pretty else None, separators=None if pretty else (",", ":"),
                           ensure_ascii=False, allow_nan=False).encode()
+        self._send(status, "application/json", body)
+
+    def _send(self, status: int, content_type: str, body: bytes, location: str | None = None) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if location is not None:
+            self.send_header("Location", location)
         self.end_headers()
         self.wfile.write(body)
 
@@ -131,8 +152,10 @@ class _Handler(BaseHTTPRequestHandler):
             case ["api", "llm", "failed"]:
                 start, end = _time_range(params)
                 return _summaries(store.failed_requests(start, end, _limit(params, 100)))
+            case ["api", "llm", "timeline"]:
+                return _timeline(store, params)
         raise _HttpError(404, f"unknown path {self.path.split('?', 1)[0]!r}; see /api/services, /api/traces, "
-                              "/api/llm/slowest, /api/llm/failed")
+                              "/api/llm/slowest, /api/llm/failed, /api/llm/timeline, /ui")
 
     def log_message(self, format: str, *args) -> None:
         logger.debug("%s " + format, self.address_string(), *args)
@@ -160,6 +183,31 @@ def _search(store: TraceStore, params: dict[str, list[str]]) -> dict:
     except ValueError as exc:
         raise _HttpError(400, str(exc)) from None
     return _envelope([trace_json(spans, raw) for spans in store.find_traces(query)])
+
+
+def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
+    end = _int(params, "end", _now_us())
+    start = _int(params, "start", end - _duration_us(params, "lookback", _TIMELINE_LOOKBACK_US))
+    if start > end:
+        raise _HttpError(400, "invalid parameter: start time must be before end time")
+    try:
+        wanted = RowFilter(_param(params, "model"), _param(params, "instance"), _param(params, "finishReason"),
+                           _seconds(params, "ttftAbove"), _seconds(params, "e2eAbove"))
+    except ValueError as exc:
+        raise _HttpError(400, str(exc)) from None
+    limit = _limit(params, 1000)
+    traces = store.request_traces(start, end, limit + 1)  # one more, to know whether there were more
+    rows = rows_from_traces(traces[:limit])
+    shown = [row for row in rows if wanted.matches(row)]
+    data = {"start": start, "end": end, "truncated": len(traces) > limit, "requests": len(rows),
+            "models": _distinct(r.model for r in rows), "instances": _distinct(r.instance for r in rows),
+            "finishReasons": _distinct(r.finish_reason for r in rows),
+            "rows": [row.as_json() for row in shown], "load": [point.as_json() for point in load(shown)]}
+    return _envelope(data, total=len(shown))
+
+
+def _distinct(values) -> list[str]:
+    return sorted({v for v in values if v})
 
 
 def _envelope(data, total: int = 0, errors: list | None = None) -> dict:
@@ -206,6 +254,16 @@ def _limit(params, default: int) -> int:
     if limit <= 0:
         raise _HttpError(400, "invalid parameter: limit must be greater than 0")
     return limit
+
+
+def _seconds(params, name: str) -> float | None:
+    text = _param(params, name)
+    if text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise _HttpError(400, f"unable to parse param '{name}': {text!r} is not a number of seconds") from None
 
 
 def _time_range(params) -> tuple[int, int]:

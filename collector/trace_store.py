@@ -339,6 +339,17 @@ class TraceStore:
         """Errored or aborted requests that started in [start_us, end_us], newest first."""
         return self._requests("r.error = 1 AND r.start_us BETWEEN ? AND ? ORDER BY r.start_us DESC", (start_us, end_us), limit)
 
+    def request_traces(self, start_us: int, end_us: int, limit: int = 1000) -> list[list[StoredSpan]]:
+        """The whole traces of the requests (spans with ``gen_ai.latency.*``) that started in
+        [start_us, end_us], by their start, at most ``limit`` traces (the request timeline)."""
+        if limit <= 0:
+            raise ValueError(f"limit must be greater than 0, got {limit!r}")
+        with self._reader() as db:
+            ids = [row[0] for row in db.execute(
+                "SELECT trace_id FROM requests WHERE start_us BETWEEN ? AND ? GROUP BY trace_id "
+                "ORDER BY MIN(start_us) LIMIT ?", (start_us, end_us, limit))]
+            return [self._trace(db, trace_id) for trace_id in ids]
+
     def _requests(self, where: str, args: tuple, limit: int) -> list[RequestSummary]:
         if limit <= 0:
             raise ValueError(f"limit must be greater than 0, got {limit!r}")

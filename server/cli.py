@@ -1,5 +1,5 @@
-"""`otel-llm` command line: `serve` (the reference server), `collector` (see `collector.cli`)
-and `demo` (a client).
+"""`otel-llm` command line: `serve` (the reference server), `collector` (see `collector.cli`),
+`timeline` (see `collector.timeline_cli`) and `demo` (a client).
 
 This is the one edge where flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`) are read; everything below gets a frozen
@@ -15,6 +15,8 @@ import os
 import sys
 
 from collector import cli as collector_cli
+from collector import timeline_cli
+from collector.arg_types import int_in, port, positive_float, positive_int
 from server.config import METRICS_COMPAT, ServerConfig
 from server.engine.config import DTYPES, EngineConfig
 from server.model.specs import BUILTIN_MODELS
@@ -22,38 +24,6 @@ from server.model.specs import BUILTIN_MODELS
 logger = logging.getLogger("otel_llm.server")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be >= 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be >= 0")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: must be in 0..65535")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be > 0")
-    return value
-
-
-_positive_int.__name__ = "positive int"
-_non_negative_int.__name__ = "non-negative int"
-_port.__name__ = "port"
-_positive_float.__name__ = "positive number"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,16 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default="dummy", help=f"{' | '.join(BUILTIN_MODELS)} | a Hugging Face Llama directory")
     serve.add_argument("--served-model-name", default=None, help="name clients use (default: the model's name)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8000)
+    serve.add_argument("--port", type=port, default=8000)
     serve.add_argument("--dtype", choices=DTYPES, default="auto",
                        help="auto: bfloat16 on CUDA, float32 on CPU (bfloat16 decodes faster on a CPU with "
                             "native bf16 but changes small models' greedy answers)")
     serve.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
-    serve.add_argument("--max-num-seqs", type=_positive_int, default=64)
-    serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=2048)
-    serve.add_argument("--num-kv-blocks", type=_positive_int, default=None)
-    serve.add_argument("--block-size", type=_positive_int, default=16)
-    serve.add_argument("--max-model-len", type=_positive_int, default=None)
+    serve.add_argument("--max-num-seqs", type=positive_int, default=64)
+    serve.add_argument("--max-num-batched-tokens", type=positive_int, default=2048)
+    serve.add_argument("--num-kv-blocks", type=positive_int, default=None)
+    serve.add_argument("--block-size", type=positive_int, default=16)
+    serve.add_argument("--max-model-len", type=positive_int, default=None)
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--metrics-compat", choices=METRICS_COMPAT, default="vllm",
                        help="metric names on /metrics: vLLM's, or OTel semconv")
@@ -86,35 +56,36 @@ def build_parser() -> argparse.ArgumentParser:
                             "none: no push); every $OTEL_METRIC_EXPORT_INTERVAL ms (60000), over "
                             "$OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL (http/protobuf or grpc)")
     serve.add_argument("--disable-log-stats", action="store_true", help="turn telemetry off")
-    serve.add_argument("--log-stats-interval", type=_positive_float, default=10.0, help="seconds between stat log lines")
+    serve.add_argument("--log-stats-interval", type=positive_float, default=10.0, help="seconds between stat log lines")
     serve.add_argument("--in-process", action="store_true", help="run the engine in a thread of the API process")
-    serve.add_argument("--max-recv-per-iter", type=_positive_int, default=64,
+    serve.add_argument("--max-recv-per-iter", type=positive_int, default=64,
                        help="commands the engine loop drains per iteration")
-    serve.add_argument("--engine-threads", type=_positive_int, default=None,
+    serve.add_argument("--engine-threads", type=positive_int, default=None,
                        help="torch threads in the engine (default: cores - 1)")
     serve.add_argument("--access-log", action="store_true", help="turn uvicorn's access log on")
-    serve.add_argument("--engine-restarts", type=_non_negative_int, default=ServerConfig.engine_restarts,
+    serve.add_argument("--engine-restarts", type=int_in(0), default=ServerConfig.engine_restarts,
                        help="restart a dead or hung engine at most N times in a row, with backoff (0: never; "
                             "an engine that ran for a minute starts the count afresh)")
-    serve.add_argument("--engine-heartbeat-timeout", type=_positive_float,
+    serve.add_argument("--engine-heartbeat-timeout", type=positive_float,
                        default=ServerConfig.engine_heartbeat_timeout_s, metavar="SECONDS",
                        help="an engine not heard from (no step, no heartbeat) for this long is hung: its "
                             "requests fail, it is killed and restarted")
-    serve.add_argument("--shutdown-timeout", type=_positive_float, default=ServerConfig.shutdown_timeout_s,
+    serve.add_argument("--shutdown-timeout", type=positive_float, default=ServerConfig.shutdown_timeout_s,
                        metavar="SECONDS",
                        help="SIGTERM to exit at most this long: requests in flight get half of it, then they are "
                             "aborted; spans and metrics are flushed in what is left, the rest dropped (logged)")
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=ServerConfig.max_request_bytes,
+    serve.add_argument("--max-request-bytes", type=positive_int, default=ServerConfig.max_request_bytes,
                        help="larger request bodies are answered 413 before they are read (default: 4 MiB, "
                             "far above any prompt that fits the context)")
 
     collector_cli.add_parser(sub)
+    timeline_cli.add_parser(sub)
 
     demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics")
     demo.add_argument("--url", default="http://127.0.0.1:8000")
-    demo.add_argument("--requests", type=_positive_int, default=16)
-    demo.add_argument("--concurrency", type=_positive_int, default=8)
-    demo.add_argument("--max-tokens", type=_positive_int, default=48)
+    demo.add_argument("--requests", type=positive_int, default=16)
+    demo.add_argument("--concurrency", type=positive_int, default=8)
+    demo.add_argument("--max-tokens", type=positive_int, default=48)
     demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     return parser
 
@@ -203,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model)
     if args.command == "collector":
         return collector_cli.run(args)
+    if args.command == "timeline":
+        return timeline_cli.run(args)
     try:
         config = config_from_args(args)
     except ValueError as exc:

@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 _STABLE_S = 60.0  # an engine that ran this long before dying starts the restart budget and backoff afresh
 _MAX_BACKOFF_S = 30.0
+TERMINAL_REASONS = (int(FinishReason.ERROR), int(FinishReason.ABORT))  # these end every sequence of a request at once
 
 
 class EngineDead(Exception):
@@ -71,6 +72,9 @@ class EngineClient:
         self._texts: dict[int, list[str]] | None = None  # per request, per sequence: only with content capture
         self._streams: dict[int, asyncio.Queue] = {}
         self._fresh: set[int] = set()  # requests that have had no output yet
+        # Requests aborted by their reader whose end the engine has not reported yet: rid -> their
+        # sequences still running in it. If the engine dies first, they are finished here (abort).
+        self._aborting: dict[int, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proc = None
         self._thread: threading.Thread | None = None
@@ -214,10 +218,18 @@ class EngineClient:
         """The request finished on the API side; drop its queue."""
         self._drop(rid)
 
-    def abort(self, rid: int) -> None:
-        """Abort in the engine (client disconnected). Safe for finished requests."""
-        if self._drop(rid) is None or self.dead_reason is not None:
+    def abort(self, rid: int, unfinished: int = 1) -> None:
+        """Abort in the engine (client disconnected). Safe for finished requests. `unfinished`:
+        the request's sequences whose end its reader has not seen; the request is remembered
+        until the engine reports them ended (`_aborting`)."""
+        queue = self._drop(rid)
+        if queue is None or self.dead_reason is not None:
             return
+        while not queue.empty():  # outputs delivered but not read (only SeqOutputs: see _drop's callers)
+            unfinished = _still_running(queue.get_nowait(), unfinished)
+        if unfinished <= 0:
+            return  # the engine has finished it already
+        self._aborting[rid] = unfinished
         try:
             self._conn.send_bytes(ipc.encode_command(ipc.AbortRequest(rid)))
         except OSError:
@@ -267,6 +279,10 @@ class EngineClient:
             for out in event.outputs:
                 queue = streams.get(out.rid)
                 if queue is None:
+                    if out.finished and out.rid in self._aborting:
+                        running = _still_running(out, self._aborting.pop(out.rid))
+                        if running > 0:
+                            self._aborting[out.rid] = running
                     continue
                 if out.finished or out.rid in fresh:
                     fresh.discard(out.rid)
@@ -333,6 +349,9 @@ class EngineClient:
         logger.error("engine is dead: %s; failing %d in-flight request(s)", reason, len(self._streams))
         self.dead_reason = reason
         self._end_all(EngineDead(reason), FinishReason.ERROR)
+        for rid in self._aborting:  # aborted by their clients, the abort never processed: they end here
+            self._loop.call_soon(self._fail, rid, FinishReason.ABORT)
+        self._aborting.clear()
         self._loop.call_soon(self._tel.engine_gone)  # after the failures: running/waiting/KV read 0
         if time.monotonic() - self._started_at >= _STABLE_S:
             self._consecutive = 0
@@ -394,6 +413,13 @@ class EngineClient:
                               f"(--engine-heartbeat-timeout {deadline:g})", self._generation)
                 if self._proc is not None:
                     self._proc.kill()
+
+
+def _still_running(out: ipc.SeqOutput, running: int) -> int:
+    """How many sequences of `out`'s request are still running in the engine after `out`."""
+    if not out.finished:
+        return running
+    return 0 if out.finish_reason in TERMINAL_REASONS else running - 1
 
 
 def _stamp(into: list[int]) -> None:

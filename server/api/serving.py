@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from otel_llm import FinishReason, RequestInfo
 from server import ipc, protocol
 from server.api.errors import OpenAIError, bad_request
-from server.engine_client import EngineClient, EngineDead, Rejected, ShuttingDown
+from server.engine_client import TERMINAL_REASONS, EngineClient, EngineDead, Rejected, ShuttingDown
 
 logger = logging.getLogger(__name__)
 _REASONS = {int(r): r.name.lower() for r in FinishReason}
@@ -36,7 +36,6 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)  # what the engine's wire format (server/ip
 _INT32_MAX = (1 << 31) - 1  # ... and for top_k
 _DONE = "data: [DONE]\n\n"
 _INLINE_TOKENIZE_CHARS = 4096  # longer prompts are tokenized off the event loop (~1 ms of tokenizer per 4 KiB)
-_TERMINAL = (int(FinishReason.ERROR), int(FinishReason.ABORT))
 
 
 @dataclass(frozen=True)
@@ -237,11 +236,11 @@ class OpenAIServing:
                     if item.finished:
                         # ERROR/ABORT may come before the request forked its n sequences:
                         # it ends the whole request.
-                        remaining = 0 if item.finish_reason in _TERMINAL else remaining - 1
+                        remaining = 0 if item.finish_reason in TERMINAL_REASONS else remaining - 1
                 yield batch
         finally:
             if remaining:
-                self.client.abort(rid)
+                self.client.abort(rid, remaining)
             else:
                 self.client.release(rid)
 

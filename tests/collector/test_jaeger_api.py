@@ -5,7 +5,9 @@ and their errors, spans from the real OTel SDK, and the LLM endpoints."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -21,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from collector.jaeger_api import JaegerQueryApi
+from collector.timeline import load, rows_from_traces
 from collector.trace_store import TraceStore, TraceStoreConfig
 from tests.collector.test_trace_store import T0_NS, add, kvs, llm_spans, request, sid, tid
 
@@ -288,3 +291,71 @@ def test_llm_endpoints(api, store):
     assert "p99" in error(api, "/api/llm/slowest", 400, metric="p99")
     assert "lookback" in error(api, "/api/llm/slowest", 400, lookback="5")
     assert "limit" in error(api, "/api/llm/failed", 400, limit="-1")
+
+
+def test_timeline_endpoint(api, store):
+    now = time.time_ns()
+    for n, (ttft, error) in enumerate([(0.1, None), (0.9, "abort"), (0.5, None)]):
+        add(store, request(llm_spans(n, now - (60 - n) * 10**9 + 123, ttft_s=ttft, error=error, model=f"m{n % 2}"),
+                           **{"service.instance.id": f"i-{n}"}))
+    add(store, request(llm_spans(9, now - 3600 * 10**9)))  # before the default window, the last 15 minutes
+    status, doc = get(api, "/api/llm/timeline")
+    data = doc["data"]
+    assert list(data) == ["start", "end", "truncated", "requests", "models", "instances", "finishReasons", "rows", "load"]
+    assert data["end"] - data["start"] == 15 * 60 * 10**6 and abs(data["end"] - now // 1000) < 60 * 10**6
+    assert status == 200 and doc["total"] == data["requests"] == 3 and doc["errors"] is None
+    assert data["truncated"] is False and ok(api, "/api/llm/timeline", limit=2)["truncated"] is True
+    assert ok(api, "/api/llm/timeline", limit=3)["truncated"] is False
+    expected = rows_from_traces(store.request_traces(data["start"], data["end"]))
+    assert data["rows"] == [row.as_json() for row in expected] and data["load"] == [p.as_json() for p in load(expected)]
+    first = data["rows"][0]  # ns to the last digit, as strings
+    assert (first["trace_id"], first["start_ns"]) == (tid(0).hex(), str(now - 60 * 10**9 + 123))
+    assert first["queue"] == [str(now - 60 * 10**9 + 123), str(now - 60 * 10**9 + 123 + 10**7)]
+    assert (data["models"], data["instances"], data["finishReasons"]) == (["m0", "m1"], ["i-0", "i-1", "i-2"],
+                                                                          ["abort", "stop"])
+
+    def shown(**params) -> list[int]:
+        return [int(r["trace_id"][-2:], 16) for r in ok(api, "/api/llm/timeline", **params)["rows"]]
+    assert shown(model="m0") == [0, 2] and shown(instance="i-2") == [2] and shown(finishReason="abort") == [1]
+    assert shown(ttftAbove="0.5") == [1] and shown(ttftAbove="0.05") == [0, 1, 2]  # exclusive
+    assert shown(e2eAbove="0.4") == [0, 1, 2] and shown(e2eAbove="0.5", model="m0") == []
+    assert shown(lookback="2h") == [9, 0, 1, 2] and shown(lookback="2h", limit=2) == [9, 0]
+    assert shown(start=(now - 61 * 10**9) // 1000, end=(now - 59 * 10**9) // 1000) == [0, 1]
+    aborted = ok(api, "/api/llm/timeline", finishReason="abort")
+    (row,) = [r for r in expected if r.finish_reason == "abort"]
+    assert aborted["requests"] == 3 and aborted["load"] == [p.as_json() for p in load([row])]  # the rows shown
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"ttftAbove": "slow"}, "'ttftAbove'"),
+    ({"e2eAbove": "-1"}, "-1.0"),
+    ({"ttftAbove": "nan"}, "nan"),
+    ({"start": "5", "end": "4"}, "start time must be before end time"),
+    ({"lookback": "-1s"}, "start time must be before end time"),
+    ({"lookback": "15"}, "'lookback'"),
+    ({"end": "now"}, "'end'"),
+    ({"limit": "0"}, "limit must be greater than 0"),
+])
+def test_bad_timeline_parameters_answer_400(api, params, message):
+    assert message in error(api, "/api/llm/timeline", 400, **params)
+
+
+def test_the_web_view_is_served_from_the_package(api):
+    files = {}
+    for path, content_type in (("/ui", "text/html"), ("/ui/", "text/html"), ("/ui/index.html", "text/html"),
+                               ("/ui/timeline.js", "text/javascript"), ("/ui/timeline.css", "text/css")):
+        with urllib.request.urlopen(api.url + path, timeout=10) as answer:
+            assert answer.status == 200 and answer.headers["Content-Type"].startswith(content_type)
+            files[path] = answer.read().decode()
+    assert files["/ui"] == files["/ui/"] == files["/ui/index.html"]
+    assert re.findall(r'(?:src|href)="([^"]*)"', files["/ui"]) == ["/ui/timeline.css", "/ui/timeline.js"]
+    assert re.findall(r"https?://[^\"'\s]+", files["/ui/timeline.js"] + files["/ui/timeline.css"]) == [
+        "http://www.w3.org/2000/svg"]  # the SVG namespace: nothing is fetched from elsewhere
+    connection = http.client.HTTPConnection(api.host, api.port, timeout=10)
+    for path, status, location in (("/ui/trace/0123ABCdef", 302, "/ui#trace=0123abcdef"), ("/ui/trace/zz", 404, None),
+                                   ("/ui/nothing.js", 404, None), ("/ui/../collector/app.py", 404, None)):
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        answer.read()
+        assert (answer.status, answer.getheader("Location")) == (status, location), path
+    connection.close()

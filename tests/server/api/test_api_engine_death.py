@@ -74,6 +74,30 @@ def test_killed_engine_fails_its_requests_zeroes_its_gauges_and_is_restarted():
         server.stop()
 
 
+def test_a_stream_cut_just_before_the_engine_dies_is_still_counted_as_abort():
+    # The client cuts its stream; the server sends ABORT, but the engine (stopped) never reads it
+    # and is killed: the request must still end (abort), not stay registered and uncounted.
+    server = ServerProcess().start()
+    try:
+        [pid] = engine_pids(server.proc.pid)
+        with httpx.stream("POST", f"{server.url}/v1/completions", timeout=60,
+                          json={"model": "dummy", "prompt": "s", "max_tokens": 2000, "ignore_eos": True,
+                                "stream": True}) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data:")
+            os.kill(pid, signal.SIGSTOP)
+        assert wait_until(lambda: server.health().json()["in_flight"] == 0, 30)  # its ABORT is in the pipe
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: server.health().json().get("engine_restarts") == 1, 60)
+        m = server.metrics()
+        assert sample(m, "vllm:request_success_total", finished_reason="abort") == 1
+        assert sample(m, "vllm:request_success_total", finished_reason="error") == 0
+        assert sample(m, "vllm:num_requests_running") == 0
+        assert sample(m, "otel_llm_telemetry_dropped_total") == 0
+    finally:
+        server.stop()
+
+
 def test_hung_engine_is_detected_failed_and_restarted():
     server = ServerProcess("--engine-heartbeat-timeout", "2").start()
     try:

@@ -4,6 +4,7 @@ keep being served meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -53,6 +54,21 @@ def test_declared_length_over_the_limit_is_refused_before_the_body_is_sent(serve
     status, body = _raw_request(server, head)
     assert status == 413
     assert str(LIMIT) in body["error"]["message"] and body["error"]["code"] == 413
+
+
+def test_a_client_that_sends_its_whole_body_first_still_gets_the_413(server):
+    # httpx (and so the openai SDK) writes the declared body before it reads the answer: closed
+    # with the body unread, the connection would be reset and the 413 lost.
+    body = b'{"model": "dummy", "prompt": "' + b"x" * 5_000_000 + b'"}'
+
+    async def post() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await client.post(f"{server.url}/v1/completions", content=body,
+                                     headers={"Content-Type": "application/json"})
+
+    for _ in range(3):
+        r = asyncio.run(post())
+        assert r.status_code == 413 and str(LIMIT) in r.json()["error"]["message"]
 
 
 def test_chunked_body_over_the_limit_is_refused(server):

@@ -1,0 +1,281 @@
+"""`otel-llm timeline`: a real server's requests (preempted and aborted ones among them) through the
+collector into its trace store, drawn offline: the picture is a real PNG of the promised size in
+the timeline's colours, its data is the stored spans' own timestamps, one row per request span,
+and the Jaeger JSON is what the query API answers and what the Jaeger UI's upload accepts. An
+OTLP/JSON file of vLLM's spans gets the collector's derived phases. Bad inputs: exit code and
+message."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import subprocess
+import sys
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from google.protobuf import json_format
+
+from collector.app import Collector, CollectorConfig
+from collector.jaeger_api import trace_json
+from collector.phase_spans import PhaseSpans
+from collector.timeline_plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
+from collector.trace_store import TraceStore, TraceStoreConfig
+from server.cli import main
+from tests.collector.test_phase_spans import vllm_request, vllm_spans
+from tests.server.api.api_server_harness import REPO, ServerProcess, sample, wait_until
+
+PHASES = ("queue", "prefill", "decode")
+
+
+def timeline(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server", "timeline", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def png_colours(path: Path) -> set[tuple[int, int, int]]:
+    from matplotlib.image import imread
+
+    pixels = (imread(path)[..., :3] * 255).round().astype(np.uint8).reshape(-1, 3)
+    return set(map(tuple, np.unique(pixels, axis=0).tolist()))
+
+
+def rgb(hex_colour: str) -> tuple[int, int, int]:
+    return tuple(bytes.fromhex(hex_colour.lstrip("#")))
+
+
+def assert_jaeger_ui_trace(trace: dict) -> None:
+    """The uimodel shape the query API answers, and what the Jaeger UI's upload checks
+    (readJsonFile's validateSingleTrace)."""
+    assert set(trace) == {"traceID", "spans", "processes", "warnings"} and trace["traceID"]
+    assert isinstance(trace["processes"], dict) and trace["processes"]
+    for process in trace["processes"].values():
+        assert set(process) == {"serviceName", "tags"} and process["serviceName"]
+    for span in trace["spans"]:
+        assert set(span) == {"traceID", "spanID", "operationName", "references", "startTime", "duration", "tags", "logs",
+                             "processID", "warnings"}
+        assert span["traceID"] == trace["traceID"] and span["spanID"] and span["operationName"]
+        assert isinstance(span["startTime"], int) and isinstance(span["duration"], int)
+        assert span["processID"] in trace["processes"]
+
+
+def expected_rows(traces) -> list[dict]:
+    """The rows the spans call for, read straight off them (ns)."""
+    rows = []
+    for spans in traces:
+        for stored in spans:
+            span = stored.span
+            attrs = {kv.key: kv.value for kv in span.attributes}
+            if not any(k.startswith("gen_ai.latency.") for k in attrs):
+                continue
+            children = {s.span.name: s.span for s in spans if s.span.parent_span_id == span.span_id}
+            events = [(e.name, e.time_unix_nano) for e in span.events]
+            if "prefill" in children:
+                events += [(e.name, e.time_unix_nano) for e in children["prefill"].events]
+            finish = attrs["error.type"].string_value if "error.type" in attrs else (
+                attrs["gen_ai.response.finish_reasons"].array_value.values[0].string_value
+                if "gen_ai.response.finish_reasons" in attrs else None)
+            rows.append({
+                "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(), "name": span.name,
+                "start_ns": span.start_time_unix_nano, "end_ns": span.end_time_unix_nano,
+                **{p: [children[p].start_time_unix_nano, children[p].end_time_unix_nano] if p in children else None
+                   for p in PHASES},
+                "first_token_ns": next((t for name, t in events if name == "first_token"), None),
+                "preemptions_ns": sorted(t for name, t in events if name == "preempted"),
+                "finish_reason": finish})
+    return sorted(rows, key=lambda r: (r["start_ns"], r["trace_id"]))
+
+
+def assert_load_counts_the_rows(data: dict) -> None:
+    """Each load point: the rows in queue, and in prefill or decode, at its time (spans are [start, end))."""
+    assert data["load"][-1] == {"t_ns": data["load"][-1]["t_ns"], "waiting": 0, "running": 0}
+    for point in data["load"]:
+        t = point["t_ns"]
+
+        def inside(row, phase):
+            return row[phase] is not None and row[phase][0] <= t < row[phase][1]
+        assert point["waiting"] == sum(inside(r, "queue") for r in data["rows"])
+        assert point["running"] == sum(inside(r, "prefill") or inside(r, "decode") for r in data["rows"])
+
+
+@pytest.mark.slow
+def test_a_real_servers_requests_from_the_trace_store(tmp_path):
+    store_dir = tmp_path / "traces"
+    config = CollectorConfig(otlp_http_port=0, otlp_grpc_port=None, prometheus_port=0, jaeger_port=0,
+                             trace_store=TraceStoreConfig(str(store_dir)))
+    with Collector(config) as collector:
+        api = collector.jaeger.url
+        # 20 blocks of 4 tokens, 11 blocks a request: concurrent requests preempt each other
+        server = ServerProcess("--otlp-traces-endpoint", f"{collector.http.endpoint}/v1/traces", "--num-kv-blocks", "20",
+                               "--block-size", "4", "--max-model-len", "48",
+                               env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+        try:
+            def complete(i: int) -> None:
+                httpx.post(f"{server.url}/v1/completions", timeout=60, json={
+                    "model": "dummy", "prompt": f"p{i}", "max_tokens": 40, "ignore_eos": True}).raise_for_status()
+            threads = [threading.Thread(target=complete, args=(i,)) for i in range(6)]
+            for t in threads:
+                t.start()
+            with httpx.stream("POST", f"{server.url}/v1/completions", timeout=30, json={
+                    "model": "dummy", "prompt": "long", "max_tokens": 40, "ignore_eos": True, "stream": True}) as r:
+                next(r.iter_lines())  # the first token, then the client goes away: the server aborts it
+            for t in threads:
+                t.join()
+            preemptions = sample(server.metrics(), "vllm:num_preemptions_total")
+        finally:
+            server.stop()  # flushes its spans
+        assert preemptions > 0
+        assert wait_until(lambda: len(httpx.get(f"{api}/api/llm/slowest", params={"metric": "e2e"}).json()["data"]) == 7,
+                          timeout_s=20)
+
+        out, jaeger = tmp_path / "timeline.png", tmp_path / "upload.json"
+        done = timeline("--trace-store", str(store_dir), "--out", str(out), "--jaeger-json", str(jaeger), "--dpi", "80")
+        assert done.returncode == 0, done.stderr
+        assert "7 requests" in done.stderr and done.stdout == ""
+
+        store = TraceStore(TraceStoreConfig(str(store_dir)))
+        try:
+            traces = store.request_traces(0, (1 << 63) - 1)
+        finally:
+            store.close()
+        data = json.loads((tmp_path / "timeline.json").read_text())
+        want = expected_rows(traces)
+        assert len(want) == 7
+        assert [{k: row[k] for k in want[0]} for row in data["rows"]] == want
+        assert data["t0_ns"] == want[0]["start_ns"]
+        assert sum(len(r["preemptions_ns"]) for r in want) == preemptions
+        assert [r["finish_reason"] for r in want].count("abort") == 1
+        assert all(r[p] is not None for r in want for p in PHASES)
+        assert_load_counts_the_rows(data)
+
+        width_in, height_in = figure_size_in(7)
+        assert png_size(out) == (round(width_in * 80), round(height_in * 80))
+        colours = png_colours(out)
+        assert len(colours) > 50  # antialiased text and lines
+        assert {rgb(c) for c in (*PHASE_COLOURS.values(), PREEMPTION_COLOUR)} | {(0, 0, 0)} <= colours
+
+        uploaded = json.loads(jaeger.read_text())
+        assert list(uploaded) == ["data"] and len(uploaded["data"]) == 7
+        assert {t["traceID"].rjust(32, "0") for t in uploaded["data"]} == {r["trace_id"] for r in want}
+        for trace in uploaded["data"]:
+            assert_jaeger_ui_trace(trace)
+            assert [trace] == httpx.get(f"{api}/api/traces/{trace['traceID']}").json()["data"]
+
+
+def otlp_json(request) -> dict:
+    """A request as OTLP/JSON writes it: protobuf's JSON mapping with the ids in hex."""
+    doc = json_format.MessageToDict(request)
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return doc
+
+
+@pytest.mark.parametrize("layout", ["lines", "document"])
+def test_vllm_spans_from_an_otlp_json_file_get_the_derived_phases(tmp_path, layout, capsys, monkeypatch):
+    monkeypatch.setattr("collector.timeline_cli._PROGRESS_EVERY_S", 0.0)
+    spans = vllm_spans()
+    requests = [vllm_request(spans[:1]), vllm_request(spans[1:])]
+    path = tmp_path / "spans.json"
+    if layout == "lines":  # as the OpenTelemetry Collector's file exporter writes
+        path.write_text("".join(json.dumps(otlp_json(r)) + "\n" for r in requests))
+    else:
+        path.write_text(json.dumps(otlp_json(vllm_request(spans)), indent=2))
+    out = tmp_path / "vllm.png"
+
+    assert main(["timeline", "--otlp-json", str(path), "--out", str(out), "--data-out", str(tmp_path / "rows.json"),
+                 "--jaeger-json", str(tmp_path / "jaeger.json")]) == 0
+    err = capsys.readouterr().err
+    assert f"read {len(requests) if layout == 'lines' else 1} OTLP export requests" in err  # progress
+    assert f"{len(spans)} requests ({4 * len(spans)} spans)" in err
+    data = json.loads((tmp_path / "rows.json").read_text())
+    assert len(data["rows"]) == len(spans)
+    for row, s in zip(data["rows"], sorted(spans, key=lambda s: s["start_time_unix_nano"])):
+        attrs = s["attributes"]
+        first = s["start_time_unix_nano"] + round(attrs["gen_ai.latency.time_to_first_token"] * 1e9)
+        prefill_start = first - round(attrs["gen_ai.latency.time_in_model_prefill"] * 1e9)
+        assert (row["trace_id"], row["name"], row["start_ns"]) == (s["trace_id"], "llm_request", s["start_time_unix_nano"])
+        assert row["queue"] == [prefill_start - round(attrs["gen_ai.latency.time_in_queue"] * 1e9), prefill_start]
+        assert row["prefill"] == [prefill_start, first]
+        assert row["decode"] == [first, first + round(attrs["gen_ai.latency.time_in_model_decode"] * 1e9)]
+        assert row["first_token_ns"] == first and row["preemptions_ns"] == [] and row["finish_reason"] is None
+    assert_load_counts_the_rows(data)
+    assert png_size(out) == tuple(round(x * 100) for x in figure_size_in(len(spans)))
+
+    # the same traces as the collector's store holds them after ingesting the spans
+    store = TraceStore(TraceStoreConfig(str(tmp_path / "store")))
+    try:
+        store.add(PhaseSpans().process(vllm_request(spans).SerializeToString()))
+        want = [trace_json(store.trace(s["trace_id"])) for s in sorted(spans, key=lambda s: s["start_time_unix_nano"])]
+    finally:
+        store.close()
+    uploaded = json.loads((tmp_path / "jaeger.json").read_text())
+    assert uploaded == {"data": want}
+    for trace in uploaded["data"]:
+        assert_jaeger_ui_trace(trace)
+        assert [s["operationName"] for s in trace["spans"]] == ["llm_request", "queue", "prefill", "decode"]
+
+
+def test_the_window_and_limit_choose_requests_by_start(tmp_path, capsys):
+    spans = sorted(vllm_spans(), key=lambda s: s["start_time_unix_nano"])
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(otlp_json(vllm_request(spans))) + "\n")
+    t1_us = spans[1]["start_time_unix_nano"] // 1000
+
+    def rows(*args: str) -> list[str]:
+        assert main(["timeline", "--otlp-json", str(path), "--out", str(tmp_path / "t.png"), *args]) == 0
+        return [r["trace_id"] for r in json.loads((tmp_path / "t.json").read_text())["rows"]]
+
+    iso = (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=t1_us)).isoformat()
+    assert rows("--start", iso) == [s["trace_id"] for s in spans[1:]]
+    assert rows("--end", iso) == [s["trace_id"] for s in spans[:2]]
+    assert rows("--limit", "1") == [spans[0]["trace_id"]]
+    assert "more than --limit 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--trace-store", "{tmp}/nowhere"], 2, "no trace store in"),
+    (["--otlp-json", "{tmp}/missing.json"], 2, "no file"),
+    (["--otlp-json", "{tmp}/bad.json"], 2, "bad.json:2: malformed OTLP JSON"),
+    (["--otlp-json", "{tmp}/empty.json"], 1, "no request in {tmp}/empty.json between the beginning and the end: "
+                                             "nothing written"),
+    (["--trace-store", "{tmp}/store", "--end", "2001-01-01T00:00:00Z"], 1, "no request in trace store"),
+    (["--trace-store", "{tmp}/store", "--last", "5m", "--start", "2001-01-01"], 2, "--last replaces --start/--end"),
+    (["--trace-store", "{tmp}/store", "--start", "2002-01-01", "--end", "2001-01-01"], 2, "is after --end"),
+    (["--trace-store", "{tmp}/store", "--out", "{tmp}/t.xyz"], 2, "use one of the extensions"),
+    (["--trace-store", "{tmp}/store", "--out", "{tmp}/no/dir/t.png"], 2, "no directory"),
+    (["--trace-store", "{tmp}/store", "--out", "{tmp}/t.png", "--jaeger-json", "{tmp}/t.json"], 2,
+     "must be different files"),
+])
+def test_bad_inputs_exit_with_a_message(tmp_path, capsys, args, code, message):
+    tmp = str(tmp_path)
+    TraceStore(TraceStoreConfig(f"{tmp}/store")).close()  # an empty store
+    (tmp_path / "bad.json").write_text(json.dumps(otlp_json(vllm_request())) + '\n{"resourceSpans": 5}\n')
+    (tmp_path / "empty.json").write_text("")
+    assert main(["timeline", *(a.format(tmp=tmp) for a in args)]) == code
+    err = capsys.readouterr().err
+    assert message.format(tmp=tmp) in err and err.startswith("otel-llm timeline: ")
+    assert not (tmp_path / "t.png").exists() and not (tmp_path / "t.json").exists()
+    assert not Path(tmp, "nowhere").exists()  # a missing store is not created
+
+
+@pytest.mark.parametrize("flag, value", [("--start", "yesterday"), ("--end", "2025-13-01"), ("--last", "soon")])
+def test_bad_times_are_refused_by_the_parser(flag, value, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["timeline", "--otlp-json", "x.json", flag, value])
+    assert exited.value.code == 2 and f"invalid {'duration' if flag == '--last' else 'time'} {value!r}" in \
+        capsys.readouterr().err
