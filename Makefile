@@ -16,17 +16,20 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 	$(PY) -c "from server.model import ensure_smollm2_gguf; print('model file:', ensure_smollm2_gguf())"
 
-PORT  ?= 8000
-MODEL ?= smollm2
+PORT   ?= 8000
+MODEL  ?= smollm2
+TRACES ?= .traces
 
-# Main job: start the server on SmolLM2, run the built-in demo load against it, leave it serving.
+# Main job: a collector keeping traces (request timelines at http://127.0.0.1:16686/ui), the server
+# on SmolLM2 sending its spans there, the built-in demo load against it; both left running.
 serve: setup
-	@$(PY) -m server serve --model $(MODEL) --port $(PORT) & pid=$$!; \
-	trap 'kill $$pid 2>/dev/null' INT TERM EXIT; \
+	@$(PY) -m server collector --trace-store $(TRACES) & cpid=$$!; \
+	$(PY) -m server serve --model $(MODEL) --port $(PORT) --otlp-traces-endpoint http://127.0.0.1:4318 & pid=$$!; \
+	trap 'kill $$pid $$cpid 2>/dev/null' INT TERM EXIT; \
 	$(PY) -c "import sys,time,httpx; d=time.time()+300; \
 	exec('while time.time()<d:\n try:\n  if httpx.get(\'http://127.0.0.1:$(PORT)/health\').status_code==200: sys.exit(0)\n except httpx.HTTPError: pass\n time.sleep(0.5)'); sys.exit('server did not become healthy')" && \
-	$(PY) -m server demo --url http://127.0.0.1:$(PORT) && \
-	echo "Server still running on http://127.0.0.1:$(PORT) (metrics: /metrics, Triton stats: /v2/models/stats). Ctrl-C to stop." && \
+	$(PY) -m server demo --url http://127.0.0.1:$(PORT) --timeline-url http://127.0.0.1:16686/ui && \
+	echo "Server still running on http://127.0.0.1:$(PORT) (metrics: /metrics, Triton stats: /v2/models/stats); request timelines: http://127.0.0.1:16686/ui. Ctrl-C to stop." && \
 	wait $$pid
 
 test: setup

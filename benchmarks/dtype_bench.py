@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serve_bench import ManagedServer  # noqa: E402
+from benchmarks.serving.server_process import ManagedServer  # noqa: E402
 from server.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 MODEL = "smollm2"

@@ -69,7 +69,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.serve_bench import ManagedServer, free_port  # noqa: E402 (after the path is set)
+from benchmarks.serving.server_process import ManagedServer, free_port  # noqa: E402 (after the path is set)
 from server.demo import scrape  # noqa: E402
 from server.engine_process import engine_pids  # noqa: E402
 

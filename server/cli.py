@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--concurrency", type=positive_int, default=8)
     demo.add_argument("--max-tokens", type=positive_int, default=48)
     demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    demo.add_argument("--timeline-url", default=None,
+                      help="a collector's request timeline page (http://HOST:16686/ui) that keeps the server's "
+                           "traces: the demo links its requests there")
     return parser
 
 
@@ -171,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for noisy in ("httpx", "httpx2", "openai"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-        return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model)
+        return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url)
     if args.command == "collector":
         return collector_cli.run(args)
     if args.command == "timeline":

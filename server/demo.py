@@ -109,7 +109,9 @@ async def _drive(url: str, model: str, requests: int, concurrency: int, max_toke
         await client.close()
 
 
-def run_demo(url: str, requests: int = 16, concurrency: int = 8, max_tokens: int = 48, model: str | None = None) -> int:
+def run_demo(url: str, requests: int = 16, concurrency: int = 8, max_tokens: int = 48, model: str | None = None,
+             timeline_url: str | None = None) -> int:
+    """`timeline_url`: a collector's `/ui` that keeps the server's traces; the demo's requests are linked there."""
     url = url.rstrip("/")
     try:
         health = httpx.get(f"{url}/health", timeout=10)
@@ -120,7 +122,7 @@ def run_demo(url: str, requests: int = 16, concurrency: int = 8, max_tokens: int
     model = model or models["data"][0]["id"]
     print(f"server {url}: model {model}, health {health.status_code}")
     before = scrape(url)
-    t0 = time.perf_counter()
+    t0, started_us = time.perf_counter(), time.time_ns() // 1000
     results = asyncio.run(_drive(url, model, requests, concurrency, max_tokens))
     wall = time.perf_counter() - t0
     after = scrape(url)
@@ -153,4 +155,7 @@ def run_demo(url: str, requests: int = 16, concurrency: int = 8, max_tokens: int
     print(f"  running {running:.0f}, waiting {waiting:.0f}")
     traces = health.json().get("otlp_traces_endpoint") if health.status_code == 200 else None
     print(f"  traces: {'exported over OTLP to ' + traces if traces else 'tracing not exported'}")
+    if timeline_url:  # a second either side: the window is the requests' arrival, by the wall clock
+        window = f"start={started_us - 1_000_000}&end={time.time_ns() // 1000 + 1_000_000}"
+        print(f"  request timeline of this run: {timeline_url}#{window}")
     return 0
