@@ -320,7 +320,7 @@ def test_timeline_endpoint(api, store):
     assert shown(ttftAbove="0.5") == [1] and shown(ttftAbove="0.05") == [0, 1, 2]  # exclusive
     assert shown(e2eAbove="0.4") == [0, 1, 2] and shown(e2eAbove="0.5", model="m0") == []
     assert shown(lookback="2h") == [9, 0, 1, 2] and shown(lookback="2h", limit=2) == [9, 0]
-    assert shown(start=(now - 61 * 10**9) // 1000, end=(now - 59 * 10**9) // 1000) == [0, 1]
+    assert shown(start=(now - 61 * 10**9) // 1000, end=(now - 59 * 10**9) // 1000 + 1) == [0, 1]  # 1 starts 123 ns in
     aborted = ok(api, "/api/llm/timeline", finishReason="abort")
     (row,) = [r for r in expected if r.finish_reason == "abort"]
     assert aborted["requests"] == 3 and aborted["load"] == [p.as_json() for p in load([row])]  # the rows shown
