@@ -22,6 +22,7 @@ import json
 import logging
 import sqlite3
 import sys
+import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -152,21 +153,12 @@ def _outputs(args) -> tuple[str | None, str | None]:
 def _read(args, start_us: int, end_us: int) -> tuple[list, str]:
     """The window's traces, at most --limit + 1 (one more tells that there were more), and their source."""
     if args.trace_store:
-        from collector.trace_store import TraceStore, TraceStoreConfig
-
         if not (Path(args.trace_store) / "traces.sqlite").is_file():
             raise ValueError(f"no trace store in {args.trace_store!r} (no traces.sqlite): give the directory the "
                              "collector's --trace-store names")
-        try:
-            store = TraceStore(TraceStoreConfig(args.trace_store))
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{args.trace_store}/traces.sqlite is not a trace store: {exc}") from None
-        try:
-            return store.request_traces(start_us, end_us, args.limit + 1), f"trace store {args.trace_store}"
-        finally:
-            store.close()
+        return _stored_traces(args.trace_store, start_us, end_us, args.limit + 1), f"trace store {args.trace_store}"
 
-    from collector.trace_file import read_traces, request_traces
+    from collector.trace_file import load_traces
 
     if not Path(args.otlp_json).is_file():
         raise ValueError(f"no file {args.otlp_json!r}")
@@ -177,8 +169,25 @@ def _read(args, start_us: int, end_us: int) -> tuple[list, str]:
             last[0] = time.monotonic()
             _say(f"read {requests} OTLP export requests ({spans} spans) from {args.otlp_json}")
 
-    traces = read_traces(args.otlp_json, progress)
-    return request_traces(traces, start_us, end_us, args.limit + 1), args.otlp_json
+    with tempfile.TemporaryDirectory(prefix="otel-llm-timeline-") as directory:  # the file, as a collector stores it
+        fill = lambda store: load_traces(args.otlp_json, store, progress)  # noqa: E731
+        return _stored_traces(directory, start_us, end_us, args.limit + 1, fill), args.otlp_json
+
+
+def _stored_traces(directory: str, start_us: int, end_us: int, limit: int, fill=None) -> list:
+    """`TraceStore.request_traces` of the store in `directory`, after `fill(store)` if given."""
+    from collector.trace_store import TraceStore, TraceStoreConfig
+
+    try:
+        store = TraceStore(TraceStoreConfig(directory))
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{directory}/traces.sqlite is not a trace store: {exc}") from None
+    try:
+        if fill is not None:
+            fill(store)
+        return store.request_traces(start_us, end_us, limit)
+    finally:
+        store.close()
 
 
 def _write_json(path: str, document: dict) -> None:

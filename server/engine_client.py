@@ -230,10 +230,15 @@ class EngineClient:
         if unfinished <= 0:
             return  # the engine has finished it already
         self._aborting[rid] = unfinished
+        self._send_abort(rid)
+
+    def _send_abort(self, rid: int) -> bool:
+        """ABORT to the engine; False when the pipe is gone."""
         try:
             self._conn.send_bytes(ipc.encode_command(ipc.AbortRequest(rid)))
         except OSError:
-            pass
+            return False
+        return True
 
     def _drop(self, rid: int) -> asyncio.Queue | None:
         """Forget a request on this side: its queue (returned, None if already gone), its
@@ -334,12 +339,9 @@ class EngineClient:
     def end_requests(self, message: str) -> int:
         """Shutdown's deadline: every in-flight request is aborted in the engine and ends now (an
         error answer or event for its client, `abort` in telemetry). Returns how many there were."""
-        rids = list(self._streams)
         if self.dead_reason is None:
-            for rid in rids:
-                try:
-                    self._conn.send_bytes(ipc.encode_command(ipc.AbortRequest(rid)))
-                except OSError:
+            for rid in self._streams:
+                if not self._send_abort(rid):
                     break
         return self._end_all(ShuttingDown(message), FinishReason.ABORT)
 
@@ -355,11 +357,9 @@ class EngineClient:
         self._loop.call_soon(self._tel.engine_gone)  # after the failures: running/waiting/KV read 0
         if time.monotonic() - self._started_at >= _STABLE_S:
             self._consecutive = 0
-        if self.config.in_process or self._consecutive >= self.config.engine_restarts:
+        if self.config.in_process:
             self.given_up = True
-            logger.error("the engine will not be restarted (%s); the server stays unavailable",
-                         "in-process engine" if self.config.in_process else
-                         f"{self._consecutive} restarts in a row, --engine-restarts {self.config.engine_restarts}")
+            logger.error("an in-process engine is not restarted; the server stays unavailable")
             return
         self._loop.create_task(self._restart())
 
@@ -368,8 +368,8 @@ class EngineClient:
         while not self._closing:
             if self._consecutive >= self.config.engine_restarts:
                 self.given_up = True
-                logger.error("the engine could not be restarted (%d attempts); the server stays unavailable",
-                             self._consecutive)
+                logger.error("the engine will not be restarted: %d restarts in a row (--engine-restarts %d); the "
+                             "server stays unavailable", self._consecutive, self.config.engine_restarts)
                 return
             delay = min(_MAX_BACKOFF_S, 0.5 * 2 ** self._consecutive)
             self._consecutive += 1

@@ -42,11 +42,12 @@ class BodyLimit:
             return
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if length is not None:  # the HTTP server reads no more than it declares
-            if length.isdigit() and int(length) <= self.max_bytes:
+            size = int(length) if length.isdigit() else None
+            if size is not None and size <= self.max_bytes:
                 await self.app(scope, receive, send)
             else:
-                expects = any(k == b"expect" for k, _ in scope["headers"])
-                drain = length.isdigit() and int(length) <= _DRAIN_MAX_BYTES and not expects
+                drain = (size is not None and size <= _DRAIN_MAX_BYTES
+                         and not any(k == b"expect" for k, _ in scope["headers"]))
                 await self._refuse(send, receive if drain else None)
             return
         received = 0
