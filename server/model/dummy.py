@@ -82,7 +82,9 @@ def dummy_tokenizer() -> Tokenizer:
     """Byte-level tokenizer: token id == UTF-8 byte value, plus ChatML specials."""
     byte_to_char = _bytes_to_unicode()
     vocab = {byte_to_char[b]: b for b in range(NUM_BYTES)}
-    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=[]))
+    # No cache: with no merges it saves nothing, and without regex splitting its "words" are whole
+    # prompts, so the default cache held the last 10,000 prompts (~38 MB of RSS in the soak).
+    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=[], cache_capacity=0))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
