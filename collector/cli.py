@@ -16,7 +16,6 @@ import sys
 import threading
 
 from collector.arg_types import port, positive_int
-from otel_llm.config import PROFILE_NAMES
 
 logger = logging.getLogger("otel_llm.collector")
 
@@ -82,7 +81,7 @@ def add_parser(sub) -> None:
     p.add_argument("--otlp-http-port", type=port, default=4318)
     p.add_argument("--otlp-grpc-port", type=port, default=4317)
     p.add_argument("--prometheus-port", type=port, default=9464, help="serves /metrics")
-    p.add_argument("--metrics-compat", choices=PROFILE_NAMES, default="vllm",
+    p.add_argument("--metrics-compat", choices=("vllm", "otel"), default="vllm",
                    help="names on /metrics: vLLM's (default) or OTel semconv, as on a server's own /metrics")
     p.add_argument("--metric-expiry", type=duration_s, default=300.0,
                    help="drop a series not updated for this long (default 5m)")

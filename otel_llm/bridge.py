@@ -62,6 +62,16 @@ def _exemplars(h, series: int) -> list:
     return out
 
 
+def export_counts(inst: Instrument, counts: np.ndarray) -> tuple[np.ndarray, list[float]]:
+    """Per-series bucket counts on the instrument's OTLP bounds (a subset of the ones it aggregates
+    on, which every profile's buckets join): adjacent fine buckets summed, exactly."""
+    if inst.export_buckets is None or inst.export_buckets == inst.buckets:
+        return counts, list(inst.buckets)
+    edges = np.searchsorted(np.asarray(inst.buckets, np.float64), np.asarray(inst.export_buckets, np.float64))
+    cum = np.cumsum(counts, axis=1)[:, np.append(edges, counts.shape[1] - 1)]
+    return np.diff(cum, axis=1, prepend=0), list(inst.export_buckets)
+
+
 def to_metrics(tel) -> list[Metric]:
     """One Telemetry's instruments as OTel `Metric`s (series with no data are skipped)."""
     snap, now, start = tel.snapshot(), time.time_ns(), tel.start_time_ns
@@ -70,8 +80,9 @@ def to_metrics(tel) -> list[Metric]:
         if inst.kind is Kind.HISTOGRAM:
             h = snap.histograms[name]
             totals = h.counts.sum(axis=1)
+            counts, bounds = export_counts(inst, h.counts)
             points = [HistogramDataPoint(_attributes(tel, inst, s), start, now, int(totals[s]), float(h.sums[s]),
-                                         h.counts[s].tolist(), list(inst.buckets), float(h.mins[s]),
+                                         counts[s].tolist(), bounds, float(h.mins[s]),
                                          float(h.maxs[s]), _exemplars(h, s))
                       for s in np.nonzero(totals)[0].tolist()]
             data = Histogram(points, _CUMULATIVE)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-PROFILE_NAMES = ("vllm", "otel")
+from .custom_buckets import validate
+from .profiles import PROFILE_NAMES, Profile, get_profile, hidden_version, resolve_custom_buckets
+
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class TelemetryConfig:
     capture_content: bool | None = None
     model_version: str = "1"
     kv_device: str = "GPU"  # the word in the log line: "GPU KV cache usage"
+    custom_histogram_buckets: Mapping[str, Any] = field(default_factory=dict)  # see custom_buckets.py
+    show_hidden_metrics_for_version: str | None = None  # vLLM's flag: renamed families under old names
 
     def __post_init__(self):
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -48,3 +53,16 @@ class TelemetryConfig:
             raise ValueError(f"max_model_len must be a positive int, got {self.max_model_len!r}")
         if self.metrics_compat not in PROFILE_NAMES:
             raise ValueError(f"metrics_compat must be one of {PROFILE_NAMES}, got {self.metrics_compat!r}")
+        hidden_version(self.show_hidden_metrics_for_version)
+        self.histogram_buckets  # noqa: B018 (validates)
+
+    @cached_property
+    def histogram_buckets(self) -> dict[str, tuple[float, ...]]:
+        """`custom_histogram_buckets`, validated, as {canonical histogram: bounds}."""
+        return resolve_custom_buckets({name: validate(name, list(bounds) if isinstance(bounds, tuple) else bounds)
+                                       for name, bounds in self.custom_histogram_buckets.items()})
+
+    def profile(self, name: str | None = None) -> Profile:
+        """A profile's table under this configuration (default: `metrics_compat`)."""
+        return get_profile(name or self.metrics_compat, self.max_model_len, self.histogram_buckets,
+                           self.show_hidden_metrics_for_version)

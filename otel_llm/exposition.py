@@ -22,6 +22,7 @@ import numpy as np
 from .instruments import DIMENSIONS, Instrument, Kind
 from .metrics_state import HistogramSnapshot, MetricsSnapshot
 from .profiles import Family, Profile
+from .prom_families import go_float
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -34,6 +35,7 @@ class Source:
     model: str
     engine: str
     cache_config: tuple[tuple[str, str], ...] = ()
+    version: str = "1"  # the model version (Triton's `version` label)
 
 
 class SelfFamily(NamedTuple):
@@ -50,9 +52,8 @@ def escape_label_value(v: str) -> str:
 
 
 def format_value(v: float) -> str:
-    if v == np.inf:
-        return "+Inf"
-    return repr(float(v))
+    """As prometheus_client writes numbers (Go's formatting: `1e+06`, `+Inf`)."""
+    return go_float(v)
 
 
 def label_text(pairs) -> str:
@@ -65,6 +66,8 @@ def _groups(inst: Instrument, fam: Family) -> list[tuple[tuple[tuple[str, str], 
     groups: dict[tuple, list[int]] = {}
     for series in range(inst.num_series):
         values = np.unravel_index(series, [len(v) for v in vocab]) if vocab else ()
+        if any(d in fam.only and vv[i] not in fam.only[d] for d, vv, i in zip(inst.dims, vocab, values)):
+            continue
         pairs = []
         for d, vv, i in zip(inst.dims, vocab, values):
             if d in fam.labels:
@@ -84,35 +87,39 @@ class Renderer:
         self._cache: dict = {}
 
     def _prepared(self, src: Source, fam: Family, inst: Instrument):
-        key = (src.model, src.engine, fam.canonical, id(src.table))
+        key = (src.model, src.engine, fam.name, fam.const, id(src.table))  # entries may share an instrument or a name
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        base = ((self.profile.model_label, src.model), (self.profile.engine_label, src.engine))
-        if inst.name == "otel_llm.cache_config.info":
+        base = tuple((label, getattr(src, field)) for label, field in self.profile.base_labels) + fam.const
+        if inst.name == "otel_llm.cache_config.info" and not fam.cache_key:
             base = src.cache_config + ((self.profile.engine_label, src.engine),)
         out = []
         fine = np.asarray(inst.buckets, np.float64)
-        coarse = np.asarray(fam.buckets if fam.buckets is not None else inst.buckets, np.float64)
+        coarse = np.asarray(fam.canonical_buckets or inst.otlp_buckets, np.float64)
+        shown = fam.buckets or inst.otlp_buckets  # `le` as the family writes it
         pos = np.searchsorted(fine, coarse)  # coarse bounds are a subset of the fine ones
-        if inst.kind is Kind.HISTOGRAM and not np.array_equal(fine[pos], coarse):
+        if inst.kind is Kind.HISTOGRAM and not fam.part and not np.array_equal(fine[pos[pos < len(fine)]], coarse):
             raise ValueError(f"{fam.name}: buckets {coarse.tolist()} are not a subset of {fine.tolist()}")
         for pairs, series in _groups(inst, fam):
             lab = label_text(base + pairs)
-            if inst.kind is Kind.HISTOGRAM:
+            if inst.kind is Kind.HISTOGRAM and not fam.part:
                 sep = "," if lab else ""
-                prefixes = [f'{fam.name}_bucket{{{lab}{sep}le="{format_value(b)}"}} ' for b in coarse]
+                prefixes = [f'{fam.name}_bucket{{{lab}{sep}le="{format_value(b)}"}} ' for b in shown]
                 prefixes.append(f'{fam.name}_bucket{{{lab}{sep}le="+Inf"}} ')
-                out.append((series, prefixes, f"{fam.name}_sum{{{lab}}} ", f"{fam.name}_count{{{lab}}} "))
+                braced = f"{{{lab}}}" if lab else ""
+                out.append((series, prefixes, f"{fam.name}_sum{braced} ", f"{fam.name}_count{braced} "))
             else:
-                suffix = "_total" if inst.kind is Kind.COUNTER else ""
-                out.append((series, f"{fam.name}{suffix}{{{lab}}} "))
+                suffix = self.profile.counter_suffix if fam.kind(inst) is Kind.COUNTER else ""
+                out.append((series, f"{fam.name}{suffix}{{{lab}}} " if lab else f"{fam.name}{suffix} "))
         prepared = (out, pos)
         self._cache[key] = prepared
         return prepared
 
     def render(self, sources: list[Source], openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:
+        openmetrics = openmetrics and self.profile.openmetrics
         lines: list[str] = []
+        header = None  # consecutive entries with one name (differing in `const`) are one family
         for fam in self.profile.families:
             members = [(s, s.table[fam.canonical]) for s in sources if fam.canonical in s.table]
             if not members:
@@ -120,19 +127,31 @@ class Renderer:
             inst = members[0][1]
             if inst.name == "otel_llm.cache_config.info" and not any(s.cache_config for s, _ in members):
                 continue
-            family_header(lines, fam.name, inst.kind, inst.description, openmetrics)
+            if fam.name != header:
+                header = fam.name
+                family_header(lines, fam.name, fam.kind(inst), inst.description if fam.help is None else fam.help,
+                              openmetrics, self.profile.counter_suffix)
+            scale = fam.scale
             for src, inst in members:
                 prepared, pos = self._prepared(src, fam, inst)
                 empty = self.profile.emit_empty or not inst.dims
-                if inst.kind is Kind.HISTOGRAM:
-                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty)
+                if fam.part:
+                    h = src.snapshot.histograms[inst.name]
+                    values = h.sums if fam.part == "sum" else h.counts.sum(axis=1)
+                    lines.extend(p + format_value(values[series].sum() * scale) for series, p in prepared
+                                 if empty or h.counts[series].any())
+                elif inst.kind is Kind.HISTOGRAM:
+                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty,
+                                    scale)
                 elif inst.kind is Kind.COUNTER:
                     values = src.snapshot.counters[inst.name]
-                    lines.extend(p + format_value(values[series].sum()) for series, p in prepared
+                    lines.extend(p + format_value(values[series].sum() * scale) for series, p in prepared
                                  if empty or values[series].any())
                 else:
-                    v = src.snapshot.gauges.get(inst.name)
-                    lines.extend(p + format_value(0.0 if v is None else v) for _, p in prepared)
+                    v = (_cache_value(src, fam.cache_key) if fam.cache_key
+                         else src.snapshot.gauges.get(inst.name) or 0.0)
+                    if v is not None:
+                        lines.extend(p + format_value(v * scale) for _, p in prepared)
         self_family_lines(lines, own, openmetrics)
         if openmetrics:
             lines.append("# EOF")
@@ -141,7 +160,7 @@ class Renderer:
 
     @staticmethod
     def _histogram(lines: list[str], h: HistogramSnapshot, prepared, pos: np.ndarray, openmetrics: bool,
-                   empty: bool) -> None:
+                   empty: bool, scale: float = 1.0) -> None:
         nb = h.counts.shape[1]
         for series, prefixes, p_sum, p_count in prepared:
             counts = h.counts[series].sum(axis=0)
@@ -150,19 +169,32 @@ class Renderer:
             cum = np.cumsum(counts)
             values = cum[pos].tolist() + [int(cum[-1])]
             if openmetrics and h.exemplars is not None:
-                ex = _exemplars(h, series, pos, nb)
+                ex = _exemplars(h, series, pos, nb, scale)
                 lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
             else:
                 lines.extend(p + str(v) for p, v in zip(prefixes, values))
-            lines.append(p_sum + format_value(h.sums[series].sum()))
+            lines.append(p_sum + format_value(h.sums[series].sum() * scale))
             lines.append(p_count + str(values[-1]))
 
 
-def family_header(lines: list[str], name: str, kind: Kind, help_text: str, openmetrics: bool) -> None:
+def family_header(lines: list[str], name: str, kind: Kind, help_text: str, openmetrics: bool,
+                  counter_suffix: str = "_total") -> None:
     """HELP and TYPE of a family (a counter's name takes `_total` in text format 0.0.4)."""
-    fname = name if (openmetrics or kind is not Kind.COUNTER) else name + "_total"
-    lines.append(f"# HELP {fname} {escape_label_value(help_text)}")
+    fname = name if (openmetrics or kind is not Kind.COUNTER) else name + counter_suffix
+    if help_text:
+        lines.append(f"# HELP {fname} {escape_label_value(help_text)}")
     lines.append(f"# TYPE {fname} {kind.value}")
+
+
+def _cache_value(src: Source, keys: tuple[str, ...]) -> float | None:
+    """The product of `keys`' cache_config entries; None when one is missing or not a number."""
+    entries, value = dict(src.cache_config), 1.0
+    for k in keys:
+        try:
+            value *= float(entries[k])
+        except (KeyError, ValueError):
+            return None
+    return value
 
 
 def self_family_lines(lines: list[str], families, openmetrics: bool) -> None:
@@ -173,7 +205,7 @@ def self_family_lines(lines: list[str], families, openmetrics: bool) -> None:
                      for labels, v in fam.samples)
 
 
-def _exemplars(h: HistogramSnapshot, series: np.ndarray, pos: np.ndarray, nb: int) -> list[str]:
+def _exemplars(h: HistogramSnapshot, series: np.ndarray, pos: np.ndarray, nb: int, scale: float) -> list[str]:
     """Per coarse bucket, the latest exemplar among its fine buckets (OpenMetrics suffix or '')."""
     trace, value, when = h.exemplars
     out = []
@@ -190,7 +222,7 @@ def _exemplars(h: HistogramSnapshot, series: np.ndarray, pos: np.ndarray, nb: in
         else:
             hi_, lo_, span = (int(x) for x in trace[best][:3])
             out.append(f' # {{trace_id="{(hi_ << 64 | lo_):032x}",span_id="{span:016x}"}} '
-                       f"{format_value(value[best])} {best_t / 1e9:.3f}")
+                       f"{format_value(value[best] * scale)} {best_t / 1e9:.3f}")
         lo = hi + 1
     return out
 

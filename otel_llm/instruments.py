@@ -32,10 +32,17 @@ CACHE_CONFIG_PREFIX = "otel_llm.cache_config."  # + key: the cache config's entr
 
 # Per-request dimensions and their vocabularies (index = the value stored per request).
 OPERATIONS = ("chat", "text_completion", "generate_content", "_OTHER")
+STREAM = ("false", "true")  # whether the response was streamed (SGLang's `is_streaming`)
 DIMENSIONS = {
     "gen_ai.operation.name": OPERATIONS,
+    "otel_llm.stream": STREAM,
     "otel_llm.finish_reason": FINISH_REASON_LABELS,
 }
+
+
+def request_series(operation: int, stream: bool) -> int:
+    """A request's series index over the per-request dimensions (operation, stream)."""
+    return operation * len(STREAM) + int(bool(stream))
 
 
 def _build_1_2_5(max_value: int) -> tuple[float, ...]:
@@ -83,6 +90,11 @@ class Instrument:
     buckets: tuple[float, ...] = ()
     dims: tuple[str, ...] = ()  # per-request dimensions, keys of DIMENSIONS
     exemplars: bool = False  # keep the trace of the latest sampled request per bucket
+    export_buckets: tuple[float, ...] | None = None  # OTLP's bounds (a subset); None: `buckets`
+
+    @property
+    def otlp_buckets(self) -> tuple[float, ...]:
+        return self.buckets if self.export_buckets is None else self.export_buckets
 
     @property
     def num_series(self) -> int:
@@ -95,7 +107,7 @@ class Instrument:
 def instrument_table(max_model_len: int) -> dict[str, Instrument]:
     """Every instrument of a `Telemetry`; request-token buckets depend on max_model_len."""
     tokens = _build_1_2_5(max_model_len)
-    op = ("gen_ai.operation.name",)
+    op = ("gen_ai.operation.name", "otel_llm.stream")
     op_reason = op + ("otel_llm.finish_reason",)
     C, G, H = Kind.COUNTER, Kind.GAUGE, Kind.HISTOGRAM
     table = [

@@ -16,8 +16,9 @@ in-process exposition and the collector cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from . import custom_buckets
 from . import instruments as I
 from .prometheus_naming import metric_name
 
@@ -35,7 +36,25 @@ class Family:
     canonical: str
     name: str  # family name; counters get `_total` on their sample
     labels: LabelMap = field(default_factory=dict)
-    buckets: tuple[float, ...] | None = None  # None: the canonical buckets
+    buckets: tuple[float, ...] | None = None  # in the family's unit; None: the canonical buckets
+    scale: float = 1.0  # exposed value = canonical value x scale (Triton: seconds -> us or ms)
+    part: str | None = None  # "sum" | "count": a histogram's sum or count, exposed as a counter
+    const: tuple[tuple[str, str], ...] = ()  # fixed labels, after the base ones
+    only: dict[str, tuple[str, ...]] = field(default_factory=dict)  # dim -> the values whose series count
+    help: str | None = None  # None: the canonical description; "": no HELP line (names a server never describes)
+    # A gauge valued from the cache config: the product of these entries (Triton's block size:
+    # ("block_size",)); canonical is CACHE_CONFIG_INFO; the series is left out while an entry is not a number.
+    cache_key: tuple[str, ...] = ()
+
+    @property
+    def canonical_buckets(self) -> tuple[float, ...] | None:
+        """The family's bounds in the canonical unit (what aggregation must include)."""
+        if self.buckets is None:
+            return None
+        return self.buckets if self.scale == 1.0 else tuple(b / self.scale for b in self.buckets)
+
+    def kind(self, inst: I.Instrument) -> I.Kind:
+        return I.Kind.COUNTER if self.part else inst.kind
 
 
 @dataclass(frozen=True)
@@ -45,9 +64,57 @@ class Profile:
     engine_label: str
     families: tuple[Family, ...]
     emit_empty: bool  # vLLM pre-creates every labelled child; OTel exports only series with data
+    base: tuple[tuple[str, str], ...] | None = None  # (label, Source field); None: model and engine
+    counter_suffix: str = "_total"  # "" where the server's client library adds none (Rust, C++)
+    openmetrics: bool = True  # False: always text 0.0.4, as the server (its counters keep their names)
+
+    @property
+    def base_labels(self) -> tuple[tuple[str, str], ...]:
+        if self.base is not None:
+            return self.base
+        return ((self.model_label, "model"), (self.engine_label, "engine"))
 
 
-def _vllm() -> Profile:
+# Families vLLM renamed or removed, by the `--show-hidden-metrics-for-version` value that showed them
+# again (vLLM: "deprecated in X.Y, hidden in X.Y+1, re-enabled with =X.Y, removed in X.Y+2"; the gpu_
+# names, deprecated in 0.9.2, were hidden in 0.11 behind =0.10). Values from the canonical data.
+HIDDEN_VLLM = {
+    "0.8": (Family("otel_llm.request.queue.duration", "vllm:time_in_queue_requests",
+                   help="Histogram of time the request spent in the queue in seconds."),),
+    "0.10": (Family("otel_llm.kv_cache.usage", "vllm:gpu_cache_usage_perc",
+                    help="GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc "
+                         "instead."),
+             Family("otel_llm.prefix_cache.queries", "vllm:gpu_prefix_cache_queries",
+                    help="GPU prefix cache queries, in terms of number of queriedtokens. DEPRECATED: Use "
+                         "vllm:prefix_cache_queries instead."),
+             Family("otel_llm.prefix_cache.hits", "vllm:gpu_prefix_cache_hits",
+                    help="GPU prefix cache hits, in terms of number of cached tokens. DEPRECATED: Use "
+                         "vllm:prefix_cache_hits instead.")),
+    "0.11": (Family("otel_llm.request.inter_token_latency", "vllm:time_per_output_token_seconds",
+                    help="Histogram of time per output token in seconds.DEPRECATED: Use "
+                         "vllm:inter_token_latency_seconds instead."),),
+}
+
+
+def hidden_version(value: str | None) -> str | None:
+    """`--show-hidden-metrics-for-version` as the `HIDDEN_VLLM` key it selects ("0.10.2" -> "0.10");
+    ValueError for a value that is not a version."""
+    if value is None:
+        return None
+    parts = value.strip().split(".")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        raise ValueError(f"--show-hidden-metrics-for-version {value!r}: expected a version X.Y "
+                         f"(vLLM hid metrics for {', '.join(HIDDEN_VLLM)})")
+    return f"{int(parts[0])}.{int(parts[1])}"
+
+
+def _with_custom(fams: list[Family], custom: dict[str, tuple[float, ...]]) -> tuple[Family, ...]:
+    """The families with the operator's buckets (`custom_buckets.resolve`) where given."""
+    return tuple(replace(f, buckets=custom[f.canonical]) if f.canonical in custom and not f.part else f
+                 for f in fams)
+
+
+def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None) -> Profile:
     reason = {"otel_llm.finish_reason": ("finished_reason", _same)}
     fams = [
         Family("otel_llm.scheduler.running", "vllm:num_requests_running"),
@@ -76,8 +143,9 @@ def _vllm() -> Profile:
         Family("otel_llm.request.preemptions", "vllm:request_num_preemptions"),
         Family("otel_llm.cache_config.info", "vllm:cache_config_info"),
         Family("otel_llm.telemetry.dropped", "otel_llm_telemetry_dropped"),
+        *HIDDEN_VLLM.get(hidden_version(hidden), ()),
     ]
-    return Profile("vllm", "model_name", "engine", tuple(fams), True)
+    return Profile("vllm", "model_name", "engine", _with_custom(fams, custom), True)
 
 
 def prometheus_name(inst: I.Instrument) -> str:
@@ -85,7 +153,7 @@ def prometheus_name(inst: I.Instrument) -> str:
     return metric_name(inst.name, inst.unit, inst.kind)
 
 
-def _otel(table: dict[str, I.Instrument]) -> Profile:
+def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]]) -> Profile:
     error_type = {"otel_llm.finish_reason": ("error_type", lambda r: r if r in ("abort", "error") else None)}
     fams = []
     for inst in table.values():
@@ -100,12 +168,60 @@ def _otel(table: dict[str, I.Instrument]) -> Profile:
                    "gen_ai.server.time_per_output_token": I.SEMCONV_TPOT,
                    "gen_ai.server.request.duration": I.SEMCONV_DURATION}.get(inst.name)
         fams.append(Family(inst.name, prometheus_name(inst), labels, buckets))
-    return Profile("otel", "gen_ai_request_model", "otel_llm_engine", tuple(fams), False)
+    return Profile("otel", "gen_ai_request_model", "otel_llm_engine", _with_custom(fams, custom), False)
 
 
-def get_profile(name: str, max_model_len: int = 8192) -> Profile:
+PROFILE_NAMES = ("vllm", "otel", "sglang", "tgi", "triton")
+
+
+def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[float, ...]] | None = None,
+                hidden: str | None = None) -> Profile:
+    """A profile's table. `custom`: canonical histogram -> the operator's buckets (`vllm` and `otel`
+    only: the other profiles copy servers with their own bucket flags); `hidden`: the
+    `--show-hidden-metrics-for-version` value (`vllm` only)."""
+    custom = custom or {}
     if name == "vllm":
-        return _vllm()
+        return _vllm(custom, hidden)
     if name == "otel":
-        return _otel(I.instrument_table(max_model_len))
-    raise ValueError(f"unknown metrics profile {name!r}; expected one of ('vllm', 'otel')")
+        return _otel(I.instrument_table(max_model_len), custom)
+    if name == "sglang":
+        from .profile_sglang import sglang_profile
+        return sglang_profile(max_model_len)
+    if name == "tgi":
+        from .profile_tgi import tgi_profile
+        return tgi_profile(max_model_len)
+    if name == "triton":
+        from .profile_triton import triton_profile
+        return triton_profile(max_model_len)
+    raise ValueError(f"unknown metrics profile {name!r}; expected one of {PROFILE_NAMES}")
+
+
+def resolve_custom_buckets(overrides: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+    """`--custom-histogram-buckets` names (vLLM bucket family, vLLM histogram, canonical histogram)
+    -> {canonical histogram: bounds}; ValueError naming an unknown one."""
+    vllm_names = {f.name: f.canonical for fams in (_vllm({}, None).families, *HIDDEN_VLLM.values()) for f in fams}
+    histograms = [i.name for i in I.instrument_table(8192).values() if i.kind is I.Kind.HISTOGRAM]
+    return custom_buckets.resolve(overrides, vllm_names, histograms)
+
+
+def aggregation_table(max_model_len: int, custom: dict[str, tuple[float, ...]] | None = None
+                      ) -> dict[str, I.Instrument]:
+    """The canonical instruments, each histogram aggregating on every bound any profile exposes (so
+    every profile re-buckets exactly, whichever one a scrape asks for). OTLP keeps the canonical
+    bounds, or the operator's (`custom`: canonical name -> bounds)."""
+    custom = custom or {}
+    table = I.instrument_table(max_model_len)
+    for name, bounds in custom.items():
+        table[name] = replace(table[name], buckets=bounds)
+    extra: dict[str, set[float]] = {}
+    for name in PROFILE_NAMES:
+        for fam in get_profile(name, max_model_len, custom).families:
+            bounds = fam.canonical_buckets
+            if bounds is not None and fam.canonical in table and not fam.part:
+                extra.setdefault(fam.canonical, set()).update(bounds)
+    for name, bounds in extra.items():
+        inst = table[name]
+        if not bounds <= set(inst.buckets):
+            table[name] = replace(inst, buckets=tuple(sorted(bounds | set(inst.buckets))),
+                                  export_buckets=inst.buckets)
+    return table

@@ -18,9 +18,9 @@ import time
 
 from .config import TelemetryConfig
 from .exposition import Renderer, Source
-from .instruments import instrument_table
+from .instruments import request_series
 from .metrics_state import MetricsSnapshot, MetricsState
-from .profiles import get_profile
+from .profiles import HIDDEN_VLLM, aggregation_table, hidden_version
 from .request import RequestInfo
 from .request_table import RequestTable, operation_index
 from .step import FinishReason, StepRecord, outputs_only_header
@@ -42,7 +42,11 @@ class Telemetry:
         if not self.enabled:
             return
         self._lock = threading.Lock()
-        self.table_spec = instrument_table(config.max_model_len)
+        self.table_spec = aggregation_table(config.max_model_len, config.histogram_buckets)
+        hidden = hidden_version(config.show_hidden_metrics_for_version)
+        if hidden is not None and hidden not in HIDDEN_VLLM:
+            logger.warning("--show-hidden-metrics-for-version %s: vLLM hid no metrics otel-llm produces then "
+                           "(it does for %s); nothing added", hidden, ", ".join(HIDDEN_VLLM))
         self.metrics = MetricsState(self.table_spec)
         self.table = RequestTable(self.metrics)
         self.triton = TritonStats(config.model_name, config.model_version)
@@ -72,7 +76,7 @@ class Telemetry:
             return -1
         now = self._clock() if info.arrival_ns is None else info.arrival_ns
         try:
-            op = operation_index(info.operation)
+            op = request_series(operation_index(info.operation), info.stream)
             trace = self.tracer.start(info, info.operation) if self.tracer else (0, 0, 0, 0)
             with self._lock:
                 self.triton.on_arrival(time.time_ns() // 1_000_000)
@@ -163,7 +167,8 @@ class Telemetry:
             return self.metrics.snapshot(time.time_ns())
 
     def source(self) -> Source:
-        return Source(self.snapshot(), self.table_spec, self.config.model_name, self.config.engine, self.cache_config)
+        return Source(self.snapshot(), self.table_spec, self.config.model_name, self.config.engine, self.cache_config,
+                      self.config.model_version)
 
     def render(self, openmetrics: bool = False, profile: str | None = None) -> bytes:
         """This Telemetry's exposition (`profile` defaults to config.metrics_compat)."""
@@ -172,7 +177,7 @@ class Telemetry:
         name = profile or self.config.metrics_compat
         renderer = self._renderers.get(name)
         if renderer is None:
-            renderer = self._renderers[name] = Renderer(get_profile(name, self.config.max_model_len))
+            renderer = self._renderers[name] = Renderer(self.config.profile(name))
         return renderer.render([self.source()], openmetrics)
 
     @property

@@ -23,7 +23,9 @@ import numpy as np
 from .request_table import FinishedBatch, RequestTable
 from .step import FinishReason
 
-_LENGTH = int(FinishReason.LENGTH)  # successes: STOP (0) and LENGTH (1); an int compares ~5x faster than the enum
+# Failures: ABORT (2) and ERROR (3); STOP, LENGTH and REPETITION (vLLM counts it a success) succeed.
+# Ints compare ~5x faster than the enum.
+_ABORT, _ERROR = int(FinishReason.ABORT), int(FinishReason.ERROR)
 _DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 
 
@@ -48,7 +50,7 @@ class TritonStats:
         self.last_inference_ms = wall_ms
 
     def on_finished(self, b: FinishedBatch) -> None:
-        ok = b.reason <= _LENGTH  # STOP or LENGTH
+        ok = (b.reason != _ABORT) & (b.reason != _ERROR)
         e2e = b.finish_recv - b.arrival
         d = self.durations
         for key, mask in (("success", ok), ("fail", ~ok)):

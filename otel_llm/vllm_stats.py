@@ -33,13 +33,13 @@ import numpy as np
 
 from .aggregation import HistogramState
 from .config import TelemetryConfig
-from .instruments import OPERATIONS, Instrument, instrument_table
+from .instruments import OPERATIONS, Instrument, instrument_table, request_series
 from .metrics_state import MetricsSnapshot, MetricsState
 from .step import FinishReason
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
-OP_OTHER = len(OPERATIONS) - 1  # "_OTHER"
+OP_OTHER = request_series(len(OPERATIONS) - 1, False)  # "_OTHER", not known to stream
 NUM_REASONS = len(FinishReason)
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats.ALL_SOURCES
 # FinishedRequestStats fields, one row per request: reason, then vLLM's observation order; the last one

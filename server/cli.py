@@ -17,6 +17,7 @@ import sys
 from collector import cli as collector_cli
 from collector import timeline_cli
 from collector.arg_types import int_in, port, positive_float, positive_int
+from otel_llm.custom_buckets import parse_specs
 from server.config import METRICS_COMPAT, ServerConfig
 from server.engine.config import DTYPES, EngineConfig
 from server.model.specs import BUILTIN_MODELS
@@ -46,7 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=positive_int, default=None)
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--metrics-compat", choices=METRICS_COMPAT, default="vllm",
-                       help="metric names on /metrics: vLLM's, or OTel semconv")
+                       help="metric names on /metrics: vLLM's (default), OTel semconv, SGLang's, TGI's or "
+                            "Triton's; /metrics?compat=NAME serves any of them")
+    serve.add_argument("--custom-histogram-buckets", action="append", default=[], metavar="NAME=B1,B2,...",
+                       help="a histogram's bucket bounds, on /metrics and in OTLP alike (repeatable): NAME is "
+                            "a vLLM bucket family (request_latency, time_to_first_token, ...), a vLLM histogram "
+                            "(vllm:e2e_request_latency_seconds) or a canonical one; vLLM's JSON form "
+                            "'{\"request_latency\": [0.1, 1]}' works too")
+    serve.add_argument("--show-hidden-metrics-for-version", default=None, metavar="X.Y",
+                       help="also serve the families vLLM hid after version X.Y under their old names "
+                            "(0.8: time_in_queue_requests; 0.10: gpu_cache_usage_perc, gpu_prefix_cache_*; "
+                            "0.11: time_per_output_token_seconds)")
     serve.add_argument("--otlp-traces-endpoint", default=None,
                        help="OTLP/HTTP traces endpoint (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
                             "then $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
@@ -120,6 +131,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         engine=engine, served_model_name=args.served_model_name, host=args.host, port=args.port,
         in_process=args.in_process, max_recv_per_iter=args.max_recv_per_iter,
         log_stats_interval_s=args.log_stats_interval, metrics_compat=args.metrics_compat,
+        custom_histogram_buckets=parse_specs(args.custom_histogram_buckets),
+        show_hidden_metrics_for_version=args.show_hidden_metrics_for_version,
         otlp_traces_endpoint=endpoint, otlp_metrics_endpoint=metrics_endpoint, access_log=args.access_log,
         max_request_bytes=args.max_request_bytes, engine_restarts=args.engine_restarts,
         engine_heartbeat_timeout_s=args.engine_heartbeat_timeout, shutdown_timeout_s=args.shutdown_timeout,

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from otel_llm.profiles import PROFILE_NAMES, hidden_version, resolve_custom_buckets
 from server.engine.config import EngineConfig
 from server.model.specs import BUILTIN_MODELS
 
-METRICS_COMPAT = ("vllm", "otel")
+METRICS_COMPAT = PROFILE_NAMES
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class ServerConfig:
     # telemetry (on/off is engine.log_stats)
     log_stats_interval_s: float = 10.0
     metrics_compat: str = "vllm"
+    custom_histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)  # parse_specs' result
+    show_hidden_metrics_for_version: str | None = None
     otlp_traces_endpoint: str | None = None
     otlp_metrics_endpoint: str | None = None
     access_log: bool = False
@@ -61,6 +64,8 @@ class ServerConfig:
             raise ValueError(f"--log-stats-interval {self.log_stats_interval_s}: must be > 0")
         if self.metrics_compat not in METRICS_COMPAT:
             raise ValueError(f"--metrics-compat {self.metrics_compat!r}: must be one of {METRICS_COMPAT}")
+        hidden_version(self.show_hidden_metrics_for_version)
+        resolve_custom_buckets(self.custom_histogram_buckets)
         for flag, url in (("traces", self.otlp_traces_endpoint), ("metrics", self.otlp_metrics_endpoint)):
             if url is not None and not url.startswith(("http://", "https://")):
                 raise ValueError(f"--otlp-{flag}-endpoint {url!r}: must be an http(s) URL")

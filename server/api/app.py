@@ -8,7 +8,8 @@ to this event loop. Routes:
     GET  /v1/models
     GET  /health                                  200; 503 with the reason while the engine is restarting or
                                                   once it will not be (then /v2/health/live is 503 too)
-    GET  /metrics                                 the SDK's Prometheus exposition
+    GET  /metrics                                 the SDK's Prometheus exposition, then vLLM's http_*
+                                                  and the process_*/python_* families (http_metrics)
     GET  /v2, /v2/health/{live,ready}, /v2/models/{name}/ready,
          /v2/models[/{name}[/versions/{version}]]/stats    Triton / KServe v2
 """
@@ -39,6 +40,7 @@ from server.api import triton
 from server.api.arrival import ArrivalStamp
 from server.api.body_limit import BodyLimit
 from server.api.errors import OpenAIError, http_error_handler, openai_error_handler, validation_error_handler
+from server.api.http_metrics import HttpMetrics
 from server.api.serving import OpenAIServing
 from server.api.shutdown import ShutdownClock, finish_within
 from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
@@ -95,6 +97,7 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
     span_counts = ExportCounts("traces")
     tracer_provider = (build_tracer_provider(resource, config.otlp_traces_endpoint, span_counts)
                        if config.otlp_traces_endpoint else None)
+    http_metrics = HttpMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -112,6 +115,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
                               "num_gpu_blocks": str(config.engine.num_kv_blocks or ""),
                               "enable_prefix_caching": str(config.engine.enable_prefix_caching)},
                 metrics_compat=config.metrics_compat, tracing=tracer_provider is not None,
+                custom_histogram_buckets=config.custom_histogram_buckets,
+                show_hidden_metrics_for_version=config.show_hidden_metrics_for_version,
                 tracer_provider=tracer_provider,
                 kv_device=_kv_device(config.engine.device),
             ))
@@ -131,7 +136,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
         app.state.serving = ServingState(
             config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name),
             make_metrics_app([tel], config.metrics_compat, lambda: [*exporter_families(exporters),
-                                                                   _restarts_family(engine)]),
+                                                                   _restarts_family(engine)],
+                             extra=http_metrics.render),
             model_name, int(time.time()), exporters,
         )
         logger.info("serving %s on http://%s:%d", model_name, config.host, config.port)
@@ -188,5 +194,6 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
                 "otlp_metrics_endpoint": redact_url(s.config.otlp_metrics_endpoint),
                 "exporters": {c.data_type: c.stats()._asdict() for c in s.exporters}}
 
+    http_metrics.instrument(app)  # outside BodyLimit: its 413s are counted
     app.add_middleware(ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
     return app

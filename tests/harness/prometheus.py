@@ -79,10 +79,12 @@ class PrometheusServer:
         startup_timeout_s: float = 30.0,
         honor_labels: bool = False,
         extra_flags: tuple[str, ...] = (),
+        params: dict[str, str] | None = None,
     ) -> None:
         """``target=None``: no scrape job (e.g. a remote-write receiver only, with
         ``extra_flags=("--web.enable-remote-write-receiver",)``). ``honor_labels``
-        keeps the target's own ``job``/``instance`` labels (needed behind a collector)."""
+        keeps the target's own ``job``/``instance`` labels (needed behind a collector).
+        ``params``: URL parameters of the scrape (e.g. ``{"compat": "sglang"}``)."""
         if target is not None and ":" not in target:
             raise ValueError(f"target must be 'host:port', got {target!r}")
         if scrape_interval_s <= 0:
@@ -94,6 +96,7 @@ class PrometheusServer:
         self.startup_timeout_s = startup_timeout_s
         self.honor_labels = honor_labels
         self.extra_flags = tuple(extra_flags)
+        self.params = dict(params or {})
         self.port: int | None = None
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -209,6 +212,7 @@ class PrometheusServer:
                     "metrics_path": self.metrics_path,
                     "honor_labels": self.honor_labels,
                     "static_configs": [{"targets": [self.target]}],
+                    **({"params": {k: [v] for k, v in self.params.items()}} if self.params else {}),
                 }
             ],
         }

@@ -48,7 +48,7 @@ def test_malformed_step_record_is_rejected_by_the_decoder():
 
 
 @pytest.mark.parametrize("kwargs, bad", [({"model_name": ""}, "model_name"),
-                                         ({"model_name": "m", "metrics_compat": "tgi"}, "metrics_compat"),
+                                         ({"model_name": "m", "metrics_compat": "nvidia"}, "metrics_compat"),
                                          ({"model_name": "m", "log_stats_interval_s": 0}, "log_stats_interval_s"),
                                          ({"model_name": "m", "max_model_len": -1}, "max_model_len")])
 def test_bad_config_names_the_value(kwargs, bad):

@@ -4,6 +4,8 @@ import logging
 
 import pytest
 
+from otel_llm import FinishReason, RequestInfo
+
 from otel_llm.stat_logger import StatLogger
 from otel_llm.triton import UnknownModel, statistics_response
 from tests.otel_llm.test_exposition import workload
@@ -27,6 +29,24 @@ def test_model_stat_schema_and_values(h):
     assert st["response_stats"]["0"]["compute_infer"] == {"count": 1, "ns": 20 * MS}
     assert set(st["response_stats"]["1"]) == {"compute_infer", "compute_output", "success", "fail", "empty_response", "cancel"}
     assert st["batch_stats"][0]["batch_size"] == 1 and st["batch_stats"][0]["compute_infer"]["count"] == 4
+
+
+@pytest.mark.parametrize("reason, ok", [(FinishReason.REPETITION, True), (FinishReason.LENGTH, True),
+                                        (FinishReason.ABORT, False), (FinishReason.ERROR, False)])
+def test_success_and_failure_as_the_profiles_count_them(h, reason, ok):
+    """REPETITION is a success (vLLM counts it in request_success), as in the `triton` profile."""
+    h.fclock.t = MS
+    rid = h.tel.arrival(RequestInfo("r", 4))
+    h.at(MS).queued(rid)
+    h.at(2 * MS).scheduled(rid, 0)
+    h.at(3 * MS).outputs([rid], 1)
+    h.rec.finished(rid, reason)
+    h.step(3 * MS, 4 * MS, prompt_tokens=4)
+    stats = h.tel.model_statistics()["inference_stats"]
+    assert (stats["success"]["count"], stats["fail"]["count"]) == ((1, 0) if ok else (0, 1))
+    text = h.tel.render(profile="triton").decode()
+    success = 'nv_inference_request_success{model="m",version="1"} '
+    assert f"{success}{1.0 if ok else 0.0}" in text
 
 
 def test_statistics_response_filters_and_errors(h):
