@@ -131,8 +131,10 @@ class Route:
             base = _exported(tuple((k[len(CACHE_CONFIG_PREFIX):], v) for k, v in sorted(attrs.items())
                                    if k.startswith(CACHE_CONFIG_PREFIX)), engine + resource.pairs)
             return base + engine + resource.pairs, ()
-        base = ((profile.model_label, attrs.get(MODEL_ATTRIBUTE, "")),
-                (profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")))
+        model, engine = attrs.get(MODEL_ATTRIBUTE, ""), attrs.get(ENGINE_ATTRIBUTE, "")
+        base = ((profile.model_label, model), (profile.engine_label, engine))
+        if fam.base is not None:  # the family's own (vLLM's frontend counters: no engine; engines summed)
+            base = tuple((label, {"model": model, "engine": engine}[f]) for label, f in fam.base)
         kept = [(d,) + fam.labels[d] for d in inst.dims if d in fam.labels]
         own = [(label, vmap(attrs[d])) for d, label, vmap in kept if d in attrs]
         pairs = base + tuple((k, v) for k, v in own if v is not None) + resource.pairs

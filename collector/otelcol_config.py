@@ -98,11 +98,15 @@ def _rename(old: str, new: str, values: dict[str, str] | None = None) -> list[di
 
 def _transform(profile: Profile, fam: Family) -> dict:
     ops: list[dict] = []
+    # The family's own base labels, if it has them (vLLM's frontend counters: no engine; engines summed).
+    base = {MODEL_ATTRIBUTE: profile.model_label, ENGINE_ATTRIBUTE: profile.engine_label} if fam.base is None else {
+        {"model": MODEL_ATTRIBUTE, "engine": ENGINE_ATTRIBUTE}[f]: label for label, f in fam.base}
     if fam.canonical != CACHE_CONFIG_INFO:  # its keys are the engine's cache config, not known here
-        kept = [MODEL_ATTRIBUTE, ENGINE_ATTRIBUTE, *fam.labels]
+        kept = [*base, *fam.labels]
         ops.append({"action": "aggregate_labels", "label_set": kept, "aggregation_type": "sum"})
-        ops += _rename(MODEL_ATTRIBUTE, profile.model_label)
-    ops += _rename(ENGINE_ATTRIBUTE, profile.engine_label)
+        ops += _rename(MODEL_ATTRIBUTE, base[MODEL_ATTRIBUTE])
+    if ENGINE_ATTRIBUTE in base:
+        ops += _rename(ENGINE_ATTRIBUTE, base[ENGINE_ATTRIBUTE])
     for dim, (label, vmap) in fam.labels.items():
         changed = {v: vmap(v) for v in DIMENSIONS[dim] if vmap(v) not in (None, v)}
         ops += _rename(dim, label, changed)

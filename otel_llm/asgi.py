@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
+from .cardinality import DEFAULT_CARDINALITY_LIMIT
 from .exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Renderer, SelfFamily, negotiate
 from .profiles import PROFILE_NAMES, Profile, get_profile
 
@@ -36,7 +37,8 @@ def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Itera
     def table(name: str) -> Profile:
         return config.profile(name) if config is not None else get_profile(name, max_len)
 
-    renderers = {profile: Renderer(table(profile))}  # `?compat=NAME` adds the others
+    limit = config.cardinality_limit if config is not None else DEFAULT_CARDINALITY_LIMIT
+    renderers = {profile: Renderer(table(profile), limit)}  # `?compat=NAME` adds the others
     lock = threading.Lock()  # the renderers' caches are not thread-safe
 
     def render(openmetrics: bool, compat: str) -> tuple[bytes, bool]:
@@ -46,7 +48,7 @@ def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Itera
         with lock:
             renderer = renderers.get(compat)
             if renderer is None:
-                renderer = renderers[compat] = Renderer(table(compat))
+                renderer = renderers[compat] = Renderer(table(compat), limit)
             openmetrics = openmetrics and renderer.profile.openmetrics
             body = renderer.render(sources, openmetrics, families)
         if extra is not None:  # its families go before the one OpenMetrics `# EOF`

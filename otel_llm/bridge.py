@@ -11,6 +11,11 @@ names and attributes). If the reader is also registered with a MeterProvider,
 that provider's data is merged in. With `temporality="delta"` counters and
 histograms carry what changed since the reader's previous collection
 (`DeltaState`), for backends that want deltas.
+
+Bounded per reader (`cardinality.py`): the first `cardinality_limit` base attribute sets (model,
+engine, provider, version) get points of their own; Telemetries beyond fold into points whose
+only attribute is `otel.metric.overflow=true`, as do per-adapter counts beyond each
+Telemetry's limit. `otel_llm.metric.overflow.measurements{metric}` counts what overflowed.
 """
 
 from __future__ import annotations
@@ -26,12 +31,18 @@ from opentelemetry.sdk.metrics._internal.exemplar import Exemplar
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from .cardinality import (
+    DEFAULT_CARDINALITY_LIMIT, OVERFLOW, OVERFLOW_ATTRIBUTE, OVERFLOW_HELP, OVERFLOW_INSTRUMENT, CardinalityLimiter,
+    fold,
+)
 from .instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Instrument,
     Kind,
 )
+from .lora import ADAPTER_ATTRIBUTE, LORA_INFO, LORA_REQUESTS, LoraSnapshot
 
 _SCOPE = InstrumentationScope("otel_llm", "0.1.0")
+SPEC_DECODE = "otel_llm.spec_decode."
 _CUMULATIVE = AggregationTemporality.CUMULATIVE
 _DELTA = AggregationTemporality.DELTA
 TEMPORALITIES = ("cumulative", "delta", "lowmemory")  # OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
@@ -73,10 +84,13 @@ def export_counts(inst: Instrument, counts: np.ndarray) -> tuple[np.ndarray, lis
 
 
 def to_metrics(tel) -> list[Metric]:
-    """One Telemetry's instruments as OTel `Metric`s (series with no data are skipped)."""
+    """One Telemetry's instruments as OTel `Metric`s (series with no data are skipped; the LoRA ones
+    are `to_metrics_data`'s)."""
     snap, now, start = tel.snapshot(), time.time_ns(), tel.start_time_ns
     metrics = []
     for name, inst in tel.table_spec.items():
+        if name in (LORA_INFO, LORA_REQUESTS):
+            continue  # the info gauge is a vLLM exposition artefact: not exported
         if inst.kind is Kind.HISTOGRAM:
             h = snap.histograms[name]
             totals = h.counts.sum(axis=1)
@@ -88,6 +102,8 @@ def to_metrics(tel) -> list[Metric]:
             data = Histogram(points, _CUMULATIVE)
         elif inst.kind is Kind.COUNTER:
             c = snap.counters[name]
+            if not c.any() and name.startswith(SPEC_DECODE) and not tel.config.num_speculative_tokens:
+                continue  # no speculative decoding here: no zero spec-decode points (vLLM declares none)
             points = [NumberDataPoint(_attributes(tel, inst, s), start, now, float(c[s])) for s in range(len(c))
                       if c[s] or not inst.dims]
             data = Sum(points, _CUMULATIVE, True)
@@ -95,15 +111,106 @@ def to_metrics(tel) -> list[Metric]:
             v = snap.gauges.get(name)
             if v is None:
                 continue
-            points = [NumberDataPoint(_attributes(tel, inst, 0), start, now, float(v))]
+            values = v.tolist() if inst.dims else [v]  # with dims: one value per series
+            points = [NumberDataPoint(_attributes(tel, inst, s), start, now, float(x)) for s, x in enumerate(values)]
             data = Gauge(points)
         if points:
             metrics.append(Metric(name, inst.description, inst.unit, data))
     return metrics
 
 
-def to_metrics_data(telemetries, resource: Resource | None = None) -> MetricsData:
-    metrics = [m for t in telemetries if t.enabled for m in to_metrics(t)]
+class ReaderLimits:
+    """One reader's cardinality limit on its Telemetries' base attribute sets, and what it folded."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = limit  # None: the first Telemetry's `cardinality_limit`
+        self.bases: CardinalityLimiter | None = None
+        self.overflowed: dict[str, int] = {}  # canonical instrument -> measurements folded
+
+
+def _overflow_metrics(over, now: int, start: int) -> list[Metric]:
+    """The Telemetries beyond the limit, folded: one point per instrument, only the overflow attribute."""
+    snap, table = fold([t.snapshot() for t in over], [t.table_spec for t in over])
+    attrs = {OVERFLOW_ATTRIBUTE: True}
+    metrics = []
+    for name, inst in table.items():
+        if name in (LORA_INFO, LORA_REQUESTS):
+            continue
+        if inst.kind is Kind.HISTOGRAM:
+            h = snap.histograms[name]
+            counts, bounds = export_counts(inst, h.counts)
+            total = counts.sum(axis=0)
+            n = int(total.sum())
+            data = Histogram([HistogramDataPoint(attrs, start, now, n, float(h.sums.sum()), total.tolist(), bounds,
+                                                 float(h.mins.min()), float(h.maxs.max()), [])] if n else [],
+                             _CUMULATIVE)
+        elif inst.kind is Kind.COUNTER:
+            v = float(snap.counters[name].sum())
+            data = Sum([NumberDataPoint(attrs, start, now, v)] if v or not inst.dims else [], _CUMULATIVE, True)
+        else:
+            v = snap.gauges.get(name)
+            data = Gauge([NumberDataPoint(attrs, start, now, float(np.sum(v)))] if v is not None else [])
+        if data.data_points:
+            metrics.append(Metric(name, inst.description, inst.unit, data))
+    return metrics
+
+
+def _lora_requests(own, over, loras: dict[int, LoraSnapshot | None], now: int) -> Metric | None:
+    """`otel_llm.lora.requests`: per adapter of each Telemetry with its own points, and one overflow
+    point for adapters beyond a Telemetry's limit and every adapter of the folded Telemetries."""
+    points, overflow = [], 0
+    for t in own:
+        lora = loras[id(t)]
+        if lora is not None:
+            base = _attributes(t, t.table_spec[LORA_REQUESTS], 0)
+            points += [NumberDataPoint({**base, ADAPTER_ATTRIBUTE: a}, t.start_time_ns, now, float(c))
+                       for a, c in lora.requests]
+            overflow += lora.requests_overflow
+    for t in over:
+        lora = loras[id(t)]
+        if lora is not None:
+            overflow += lora.requests_overflow + sum(c for _, c in lora.requests)
+    if overflow:
+        start = min(t.start_time_ns for t in (*own, *over))
+        points.append(NumberDataPoint({OVERFLOW_ATTRIBUTE: True}, start, now, float(overflow)))
+    if not points:
+        return None
+    inst = (own or over)[0].table_spec[LORA_REQUESTS]
+    return Metric(LORA_REQUESTS, inst.description, inst.unit, Sum(points, _CUMULATIVE, True))
+
+
+def to_metrics_data(telemetries, resource: Resource | None = None, limits: ReaderLimits | None = None) -> MetricsData:
+    """The Telemetries' metrics, bounded by `limits` (a reader's; default: a fresh one)."""
+    tels = [t for t in telemetries if t.enabled]
+    limits = limits or ReaderLimits()
+    if limits.bases is None:
+        limits.bases = CardinalityLimiter(limits.limit or (tels[0].config.cardinality_limit if tels
+                                                           else DEFAULT_CARDINALITY_LIMIT))
+    own, over = [], []
+    for t in tels:
+        c = t.config
+        key = (c.model_name, c.engine, c.provider_name, c.model_version)
+        (over if limits.bases.slot(key, 0) == OVERFLOW else own).append(t)
+    loras = {id(t): getattr(t, "lora_snapshot", lambda: None)() for t in tels}
+    metrics = [m for t in own for m in to_metrics(t)]
+    now, start = time.time_ns(), min((t.start_time_ns for t in tels), default=0)
+    counts = limits.overflowed
+    if over:
+        metrics += _overflow_metrics(over, now, start)
+        for name in over[0].table_spec:
+            if name not in (LORA_INFO, LORA_REQUESTS):
+                counts[name] = counts.get(name, 0) + len(over)  # each one's observation, once per collection
+    lora = _lora_requests(own, over, loras, now)
+    if lora is not None:
+        metrics.append(lora)
+    measured = dict(counts)
+    for lo in loras.values():
+        if lo is not None:
+            for name, v in lo.overflowed.items():
+                measured[name] = measured.get(name, 0) + v
+    points = [NumberDataPoint({"metric": name}, start, now, float(v)) for name, v in sorted(measured.items()) if v]
+    if points:
+        metrics.append(Metric(OVERFLOW_INSTRUMENT, OVERFLOW_HELP, "{measurement}", Sum(points, _CUMULATIVE, True)))
     return MetricsData([ResourceMetrics(resource or Resource.create({}), [ScopeMetrics(_SCOPE, metrics, "")], "")])
 
 
@@ -153,9 +260,10 @@ def attach_reader(reader, telemetries, resource: Resource | None = None, tempora
         raise ValueError(f"temporality must be one of {TEMPORALITIES}, got {temporality!r}")
     provider_collect = reader._collect if getattr(reader, "_collect", None) is not None else None
     delta = DeltaState() if temporality != "cumulative" else None
+    limits = ReaderLimits()
 
     def collect(r, timeout_millis: float = 10_000) -> MetricsData:
-        ours = to_metrics_data(telemetries, resource)
+        ours = to_metrics_data(telemetries, resource, limits)
         if delta is not None:
             ours = delta.apply(ours)
         if provider_collect is None:

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from .cardinality import DEFAULT_CARDINALITY_LIMIT, check_limit
 from .custom_buckets import validate
 from .profiles import PROFILE_NAMES, Profile, get_profile, hidden_version, resolve_custom_buckets
+from .step import MAX_SPEC_POSITIONS
 
 
 
@@ -22,6 +24,10 @@ class TelemetryConfig:
       global provider if it is an SDK one, else no tracing.
     - `capture_content`: None = `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`.
     - `cache_config`: labels of `vllm:cache_config_info` (values are turned into strings).
+    - `max_loras`: vLLM's `--max-loras`; 0 (no LoRA config) leaves `vllm:lora_requests_info` out.
+    - `cardinality_limit`: series per instrument for attributes whose values come from outside
+      (LoRA adapters; base label sets of Telemetries rendered or exported together); more go
+      into one `otel_metric_overflow="true"` series (see `cardinality.py`).
     """
 
     model_name: str
@@ -41,6 +47,9 @@ class TelemetryConfig:
     kv_device: str = "GPU"  # the word in the log line: "GPU KV cache usage"
     custom_histogram_buckets: Mapping[str, Any] = field(default_factory=dict)  # see custom_buckets.py
     show_hidden_metrics_for_version: str | None = None  # vLLM's flag: renamed families under old names
+    max_loras: int = 0
+    cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT
+    num_speculative_tokens: int = 0  # vLLM's: > 0 shows the vllm:spec_decode_* families, positions 0..k-1
 
     def __post_init__(self):
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -54,6 +63,12 @@ class TelemetryConfig:
         if self.metrics_compat not in PROFILE_NAMES:
             raise ValueError(f"metrics_compat must be one of {PROFILE_NAMES}, got {self.metrics_compat!r}")
         hidden_version(self.show_hidden_metrics_for_version)
+        if isinstance(self.max_loras, bool) or not isinstance(self.max_loras, int) or self.max_loras < 0:
+            raise ValueError(f"max_loras must be an int >= 0, got {self.max_loras!r}")
+        check_limit(self.cardinality_limit)
+        if not isinstance(self.num_speculative_tokens, int) or not 0 <= self.num_speculative_tokens <= MAX_SPEC_POSITIONS:
+            raise ValueError(f"num_speculative_tokens must be an int in 0..{MAX_SPEC_POSITIONS}, "
+                             f"got {self.num_speculative_tokens!r}")
         self.histogram_buckets  # noqa: B018 (validates)
 
     @cached_property
@@ -65,4 +80,4 @@ class TelemetryConfig:
     def profile(self, name: str | None = None) -> Profile:
         """A profile's table under this configuration (default: `metrics_compat`)."""
         return get_profile(name or self.metrics_compat, self.max_model_len, self.histogram_buckets,
-                           self.show_hidden_metrics_for_version)
+                           self.show_hidden_metrics_for_version, self.num_speculative_tokens)

@@ -32,7 +32,8 @@ BUCKET_FAMILIES = {
     "request_params_n": ("otel_llm.request.params.n",),
     "request_num_preemptions": ("otel_llm.request.preemptions",),
     "request_tokens": ("otel_llm.request.prompt_tokens", "otel_llm.request.generation_tokens",
-                       "otel_llm.request.max_generation_tokens", "otel_llm.request.params.max_tokens"),
+                       "otel_llm.request.max_generation_tokens", "otel_llm.request.params.max_tokens",
+                       "otel_llm.request.prefill_kv_computed_tokens"),
 }
 NOT_PRODUCED = ("kv_cache_residency",)  # vLLM's --kv-cache-metrics histograms: not produced here
 

@@ -10,6 +10,11 @@ A `Source` is one Telemetry's immutable snapshot plus its base labels; several
 sources (e.g. data-parallel engines) render into one exposition, each family
 once. A component's own telemetry (`SelfFamily`: exporter counts, the
 collector's receivers) is appended after them.
+
+Bounded (`cardinality.py`): a renderer gives its own series to the first `cardinality_limit`
+base label sets (model, engine, version) it sees; sources beyond fold into one source whose
+series carry only `otel_metric_overflow="true"` (and a family's fixed `const` labels). LoRA
+families take their adapter series from `Source.lora`, each bounded the same way.
 """
 
 from __future__ import annotations
@@ -19,10 +24,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .cardinality import (
+    DEFAULT_CARDINALITY_LIMIT, OVERFLOW, OVERFLOW_FAMILY, OVERFLOW_HELP, OVERFLOW_LABEL, CardinalityLimiter, fold,
+)
 from .instruments import DIMENSIONS, Instrument, Kind
+from .lora import ADAPTER_ATTRIBUTE, INFO_LABELS, LORA_INFO, LORA_REQUESTS, LoraSnapshot, fold_lora, merge_info
 from .metrics_state import HistogramSnapshot, MetricsSnapshot
 from .profiles import Family, Profile
 from .prom_families import go_float
+from .prometheus_naming import label_name
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -36,6 +46,8 @@ class Source:
     engine: str
     cache_config: tuple[tuple[str, str], ...] = ()
     version: str = "1"  # the model version (Triton's `version` label)
+    lora: LoraSnapshot | None = None
+    overflow: bool = False  # the sources beyond a renderer's cardinality limit, folded (`cardinality.fold`)
 
 
 class SelfFamily(NamedTuple):
@@ -82,26 +94,38 @@ def _groups(inst: Instrument, fam: Family) -> list[tuple[tuple[tuple[str, str], 
 class Renderer:
     """Renders sources under one profile; caches line prefixes. Not thread-safe: one per thread or lock."""
 
-    def __init__(self, profile: Profile):
+    def __init__(self, profile: Profile, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT):
         self.profile = profile
         self._cache: dict = {}
+        self.limit = cardinality_limit
+        self._bases = CardinalityLimiter(cardinality_limit)  # (model, engine, version) of the sources
+        self._overflowed: dict[str, int] = {}  # canonical instrument -> measurements folded here
+        self._shown = {f.canonical for f in profile.families}
 
     def _prepared(self, src: Source, fam: Family, inst: Instrument):
-        key = (src.model, src.engine, fam.name, fam.const, id(src.table))  # entries may share an instrument or a name
+        key = ((OVERFLOW_LABEL, fam.name, fam.const, inst.buckets, inst.export_buckets) if src.overflow else
+               (src.model, src.engine, fam.name, fam.const, id(src.table)))  # entries may share an instrument or a name
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        base = tuple((label, getattr(src, field)) for label, field in self.profile.base_labels) + fam.const
+        base_labels = self.profile.base_labels if fam.base is None else fam.base
+        base = tuple((label, getattr(src, field)) for label, field in base_labels) + fam.const
         if inst.name == "otel_llm.cache_config.info" and not fam.cache_key:
             base = src.cache_config + ((self.profile.engine_label, src.engine),)
         out = []
         fine = np.asarray(inst.buckets, np.float64)
         coarse = np.asarray(fam.canonical_buckets or inst.otlp_buckets, np.float64)
         shown = fam.buckets or inst.otlp_buckets  # `le` as the family writes it
+        groups = _groups(inst, fam)
+        if src.overflow:  # one series, on the bounds every folded source has
+            base = (OVERFLOW_LABEL,) + fam.const
+            keep = np.isin(coarse, fine)
+            coarse, shown = coarse[keep], tuple(b for b, k in zip(shown, keep.tolist()) if k)
+            groups = [((), np.concatenate([g for _, g in groups]))] if groups else []
         pos = np.searchsorted(fine, coarse)  # coarse bounds are a subset of the fine ones
         if inst.kind is Kind.HISTOGRAM and not fam.part and not np.array_equal(fine[pos[pos < len(fine)]], coarse):
             raise ValueError(f"{fam.name}: buckets {coarse.tolist()} are not a subset of {fine.tolist()}")
-        for pairs, series in _groups(inst, fam):
+        for pairs, series in groups:
             lab = label_text(base + pairs)
             if inst.kind is Kind.HISTOGRAM and not fam.part:
                 sep = "," if lab else ""
@@ -118,13 +142,21 @@ class Renderer:
 
     def render(self, sources: list[Source], openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:
         openmetrics = openmetrics and self.profile.openmetrics
+        sources, folded = self._bounded(sources)
         lines: list[str] = []
         header = None  # consecutive entries with one name (differing in `const`) are one family
+        counted = set()
         for fam in self.profile.families:
             members = [(s, s.table[fam.canonical]) for s in sources if fam.canonical in s.table]
             if not members:
                 continue
             inst = members[0][1]
+            if inst.name in (LORA_INFO, LORA_REQUESTS):
+                self._lora(lines, fam, inst, [s for s, _ in members], openmetrics)
+                continue
+            if folded and fam.canonical not in counted and members[-1][0].overflow:
+                counted.add(fam.canonical)  # each folded source's observation of it, once per render
+                self._overflowed[fam.canonical] = self._overflowed.get(fam.canonical, 0) + folded
             if inst.name == "otel_llm.cache_config.info" and not any(s.cache_config for s, _ in members):
                 continue
             if fam.name != header:
@@ -132,6 +164,7 @@ class Renderer:
                 family_header(lines, fam.name, fam.kind(inst), inst.description if fam.help is None else fam.help,
                               openmetrics, self.profile.counter_suffix)
             scale = fam.scale
+            merged: dict[str, float] = {}  # a `base` family's series, summed over sources it does not tell apart
             for src, inst in members:
                 prepared, pos = self._prepared(src, fam, inst)
                 empty = self.profile.emit_empty or not inst.dims
@@ -143,20 +176,80 @@ class Renderer:
                 elif inst.kind is Kind.HISTOGRAM:
                     self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty,
                                     scale)
+                elif inst.kind is Kind.COUNTER and fam.base is not None:
+                    values = src.snapshot.counters[inst.name]
+                    for series, p in prepared:
+                        if empty or values[series].any():
+                            merged[p] = merged.get(p, 0.0) + values[series].sum() * scale
                 elif inst.kind is Kind.COUNTER:
                     values = src.snapshot.counters[inst.name]
                     lines.extend(p + format_value(values[series].sum() * scale) for series, p in prepared
                                  if empty or values[series].any())
+                elif inst.dims:  # a value per series (0 until set, as an unset gauge without dims)
+                    values = src.snapshot.gauges.get(inst.name)
+                    lines.extend(p + format_value(0.0 if values is None else values[series].sum() * scale)
+                                 for series, p in prepared)
                 else:
                     v = (_cache_value(src, fam.cache_key) if fam.cache_key
                          else src.snapshot.gauges.get(inst.name) or 0.0)
                     if v is not None:
                         lines.extend(p + format_value(v * scale) for _, p in prepared)
-        self_family_lines(lines, own, openmetrics)
+            lines.extend(p + format_value(v) for p, v in merged.items())
+        self_family_lines(lines, (*self._overflow_family(sources), *own), openmetrics)
         if openmetrics:
             lines.append("# EOF")
         lines.append("")
         return "\n".join(lines).encode()
+
+    def _bounded(self, sources: list[Source]) -> tuple[list[Source], int]:
+        """The sources with series of their own, then the rest folded into one; (sources, how many folded)."""
+        beyond = [self._bases.slot((s.model, s.engine, s.version), 0) == OVERFLOW for s in sources]
+        if not any(beyond):
+            return sources, 0
+        over = [s for s, b in zip(sources, beyond) if b]
+        snapshot, table = fold([s.snapshot for s in over], [s.table for s in over])
+        cache_config = next((s.cache_config for s in reversed(over) if s.cache_config), ())
+        folded = Source(snapshot, table, "", "", cache_config, "", fold_lora([s.lora for s in over if s.lora]), True)
+        return [s for s, b in zip(sources, beyond) if not b] + [folded], len(over)
+
+    def _lora(self, lines: list[str], fam: Family, inst: Instrument, sources: list[Source], openmetrics: bool) -> None:
+        """`vllm:lora_requests_info` (no model label: merged across sources) or the per-adapter counter."""
+        snaps = [s.lora for s in sources if s.lora is not None]
+        if inst.name == LORA_INFO:
+            if not any(s.max_loras for s in snaps):
+                return  # as vLLM without a LoRA config
+            series, overflow, n = merge_info(snaps, self.limit)
+            self._overflowed[LORA_INFO] = self._overflowed.get(LORA_INFO, 0) + n
+            family_header(lines, fam.name, Kind.GAUGE, inst.description if fam.help is None else fam.help, openmetrics)
+            lines.extend(f"{fam.name}{{{label_text(zip(INFO_LABELS, key))}}} {format_value(v)}" for key, v in series)
+            if overflow is not None:
+                lines.append(f"{fam.name}{{{label_text((OVERFLOW_LABEL,))}}} {format_value(overflow)}")
+            return
+        adapter = label_name(ADAPTER_ATTRIBUTE)
+        name = fam.name + self.profile.counter_suffix
+        rows, overflow = [], sum(s.requests_overflow for s in snaps)
+        for src in sources:
+            if src.lora is not None and not src.overflow:
+                base = tuple((label, getattr(src, field)) for label, field in self.profile.base_labels)
+                rows.extend((label_text(base + ((adapter, a),)), c) for a, c in src.lora.requests)
+        if not rows and not overflow:
+            return
+        family_header(lines, fam.name, Kind.COUNTER, inst.description if fam.help is None else fam.help, openmetrics,
+                      self.profile.counter_suffix)
+        lines.extend(f"{name}{{{lab}}} {format_value(c)}" for lab, c in rows)
+        if overflow:
+            lines.append(f"{name}{{{label_text((OVERFLOW_LABEL,))}}} {format_value(overflow)}")
+
+    def _overflow_family(self, sources: list[Source]) -> tuple[SelfFamily, ...]:
+        """`otel_llm_metric_overflow_measurements_total{metric}`, once something overflowed."""
+        counts = dict(self._overflowed)
+        for s in sources:
+            if s.lora is not None:
+                for k, v in s.lora.overflowed.items():
+                    counts[k] = counts.get(k, 0) + v
+        samples = tuple((label_text((("metric", k),)), float(v)) for k, v in sorted(counts.items())
+                        if v and k in self._shown)
+        return (SelfFamily(OVERFLOW_FAMILY, Kind.COUNTER, OVERFLOW_HELP, samples),) if samples else ()
 
     @staticmethod
     def _histogram(lines: list[str], h: HistogramSnapshot, prepared, pos: np.ndarray, openmetrics: bool,

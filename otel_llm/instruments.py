@@ -6,7 +6,9 @@ rest. Every instrument carries the base attributes of its `Telemetry`
 (`gen_ai.request.model`, `otel_llm.engine`) plus the per-request dimensions in
 `dims` (each with a fixed, small vocabulary: cardinality is bounded by
 construction). Histograms aggregate on `buckets`; a shim profile may expose
-coarser boundaries as long as they are a subset (see `profiles.py`).
+coarser boundaries as long as they are a subset (see `profiles.py`). The one
+attribute with outside values, `otel_llm.lora.adapter` (and the info gauge's
+adapter lists), is bounded by the cardinality limit (`cardinality.py`, `lora.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .step import FINISH_REASON_LABELS
+from .step import FINISH_REASON_LABELS, MAX_SPEC_POSITIONS
 
 
 class Kind(Enum):
@@ -37,6 +39,10 @@ DIMENSIONS = {
     "gen_ai.operation.name": OPERATIONS,
     "otel_llm.stream": STREAM,
     "otel_llm.finish_reason": FINISH_REASON_LABELS,
+    "otel_llm.waiting_reason": ("capacity", "deferred"),  # vLLM's reasons; they sum to the waiting requests
+    "otel_llm.prompt_source": ("local_compute", "local_cache_hit", "external_kv_transfer"),  # vLLM's, summing to the prompt
+    "otel_llm.spec_decode.position": tuple(str(i) for i in range(MAX_SPEC_POSITIONS)),  # draft positions
+    "otel_llm.rejection_reason": ("max_num_queued_reqs", "max_num_queued_tokens"),  # vLLM's admission limits
 }
 
 
@@ -135,7 +141,20 @@ def instrument_table(max_model_len: int) -> dict[str, Instrument]:
         Instrument("otel_llm.request.prefill.duration", H, "s", "Histogram of time spent in PREFILL phase for request.", VLLM_REQUEST_LATENCY, op, True),
         Instrument("otel_llm.request.decode.duration", H, "s", "Histogram of time spent in DECODE phase for request.", VLLM_REQUEST_LATENCY, op, True),
         Instrument("otel_llm.request.preemptions", H, "{preemption}", "Number of preemptions per request.", VLLM_NUM_PREEMPTIONS, op),
+        Instrument("otel_llm.scheduler.waiting_by_reason", G, "{request}", "Number of waiting requests by reason: capacity (waiting for scheduling capacity) or deferred (LoRA budget, KV transfer, blocked status); they sum to otel_llm.scheduler.waiting.", dims=("otel_llm.waiting_reason",)),
+        Instrument("otel_llm.external_prefix_cache.queries", C, "{token}", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
+        Instrument("otel_llm.external_prefix_cache.hits", C, "{token}", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
+        Instrument("otel_llm.usage.prompt_tokens_by_source", C, "{token}", "Number of prompt tokens by source.", dims=("otel_llm.prompt_source",)),
+        Instrument("otel_llm.usage.prompt_tokens_cached", C, "{token}", "Number of cached prompt tokens (local + external)."),
+        Instrument("otel_llm.request.prefill_kv_computed_tokens", H, "{token}", "Histogram of new KV tokens computed during prefill (excluding cached tokens).", tokens, op),
+        Instrument("otel_llm.spec_decode.drafts", C, "{draft}", "Number of spec decoding drafts."),
+        Instrument("otel_llm.spec_decode.draft_tokens", C, "{token}", "Number of draft tokens."),
+        Instrument("otel_llm.spec_decode.accepted_tokens", C, "{token}", "Number of accepted tokens."),
+        Instrument("otel_llm.spec_decode.accepted_tokens_per_pos", C, "{token}", "Accepted tokens per draft position.", dims=("otel_llm.spec_decode.position",)),
         Instrument("otel_llm.cache_config.info", G, "1", "Information of the LLMEngine CacheConfig."),
+        Instrument("otel_llm.lora.info", G, "s", "Running stats on lora requests: per combination of waiting and running adapters, the unix time it was last seen (vLLM's vllm:lora_requests_info; no OTLP export)."),
+        Instrument("otel_llm.lora.requests", C, "{request}", "Requests that arrived naming a LoRA adapter, by adapter (attribute otel_llm.lora.adapter)."),
         Instrument("otel_llm.telemetry.dropped", C, "{record}", "Telemetry records dropped as invalid (unknown request, out of order, bad value)."),
+        Instrument("otel_llm.admission.rejections", C, "{request}", "Number of admission attempts rejected by a queue limit, by reason.", dims=("otel_llm.rejection_reason",)),
     ]
     return {i.name: i for i in table}

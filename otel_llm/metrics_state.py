@@ -2,7 +2,9 @@
 
 Written by the frontend's ingest thread, read by collection (Prometheus render,
 OTel readers) under the owner's lock. Counters are plain Python ints/floats per
-series (a few adds per step); histograms are `HistogramState`s.
+series (a few adds per step); histograms are `HistogramState`s. A gauge is one
+value, or for an instrument with dims one array of a value per series (its
+writer replaces the array); None until first set.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class MetricsState:
         self.table = table
         self.histograms: dict[str, HistogramState] = {}
         self.counters: dict[str, np.ndarray] = {}
-        self.gauges: dict[str, float | None] = {}
+        self.gauges: dict[str, float | np.ndarray | None] = {}
         for name, inst in table.items():
             if inst.kind is Kind.HISTOGRAM:
                 self.histograms[name] = HistogramState(inst.buckets, inst.num_series, inst.exemplars,
@@ -53,7 +55,7 @@ class MetricsState:
                                   (h.ex_trace.copy(), h.ex_value.copy(), h.ex_time_ns.copy()) if h.exemplars else None)
              for k, h in self.histograms.items()},
             {k: c.copy() for k, c in self.counters.items()},
-            dict(self.gauges),
+            {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.gauges.items()},
         )
 
 
@@ -71,4 +73,4 @@ class HistogramSnapshot:
 class MetricsSnapshot:
     histograms: dict[str, HistogramSnapshot]
     counters: dict[str, np.ndarray]
-    gauges: dict[str, float | None]
+    gauges: dict[str, float | np.ndarray | None]  # an array (per series) for a gauge with dims

@@ -45,6 +45,8 @@ class Family:
     # A gauge valued from the cache config: the product of these entries (Triton's block size:
     # ("block_size",)); canonical is CACHE_CONFIG_INFO; the series is left out while an entry is not a number.
     cache_key: tuple[str, ...] = ()
+    # (label, Source field) pairs replacing the profile's base labels (vLLM's frontend counters have no engine)
+    base: tuple[tuple[str, str], ...] | None = None
 
     @property
     def canonical_buckets(self) -> tuple[float, ...] | None:
@@ -114,7 +116,20 @@ def _with_custom(fams: list[Family], custom: dict[str, tuple[float, ...]]) -> tu
                  for f in fams)
 
 
-def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None) -> Profile:
+def _vllm_spec_decode(k: int) -> tuple[Family, ...]:
+    """vLLM's `SpecDecodingProm`: declared only when speculative decoding is configured, with one
+    per-position series for each of its k draft positions (`num_speculative_tokens`)."""
+    if k <= 0:
+        return ()
+    position = "otel_llm.spec_decode.position"
+    return (Family("otel_llm.spec_decode.drafts", "vllm:spec_decode_num_drafts"),
+            Family("otel_llm.spec_decode.draft_tokens", "vllm:spec_decode_num_draft_tokens"),
+            Family("otel_llm.spec_decode.accepted_tokens", "vllm:spec_decode_num_accepted_tokens"),
+            Family("otel_llm.spec_decode.accepted_tokens_per_pos", "vllm:spec_decode_num_accepted_tokens_per_pos",
+                   {position: ("position", _same)}, only={position: I.DIMENSIONS[position][:k]}))
+
+
+def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None, num_speculative_tokens: int = 0) -> Profile:
     reason = {"otel_llm.finish_reason": ("finished_reason", _same)}
     fams = [
         Family("otel_llm.scheduler.running", "vllm:num_requests_running"),
@@ -141,8 +156,23 @@ def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None) -> Profile:
         Family("otel_llm.request.prefill.duration", "vllm:request_prefill_time_seconds"),
         Family("otel_llm.request.decode.duration", "vllm:request_decode_time_seconds"),
         Family("otel_llm.request.preemptions", "vllm:request_num_preemptions"),
+        Family("otel_llm.scheduler.waiting_by_reason", "vllm:num_requests_waiting_by_reason",
+               {"otel_llm.waiting_reason": ("reason", _same)},
+               help="Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+                    "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+                    "status). Sum of all reasons equals vllm:num_requests_waiting."),
+        Family("otel_llm.external_prefix_cache.queries", "vllm:external_prefix_cache_queries"),
+        Family("otel_llm.external_prefix_cache.hits", "vllm:external_prefix_cache_hits"),
+        Family("otel_llm.usage.prompt_tokens_by_source", "vllm:prompt_tokens_by_source",
+               {"otel_llm.prompt_source": ("source", _same)}),
+        Family("otel_llm.usage.prompt_tokens_cached", "vllm:prompt_tokens_cached"),
+        Family("otel_llm.request.prefill_kv_computed_tokens", "vllm:request_prefill_kv_computed_tokens"),
+        *_vllm_spec_decode(num_speculative_tokens),
         Family("otel_llm.cache_config.info", "vllm:cache_config_info"),
+        Family("otel_llm.lora.info", "vllm:lora_requests_info", help="Running stats on lora requests."),
         Family("otel_llm.telemetry.dropped", "otel_llm_telemetry_dropped"),
+        Family("otel_llm.admission.rejections", "vllm:admission_rejections",
+               {"otel_llm.rejection_reason": ("reason", _same)}, base=(("model_name", "model"),)),  # a frontend's: no engine
         *HIDDEN_VLLM.get(hidden_version(hidden), ()),
     ]
     return Profile("vllm", "model_name", "engine", _with_custom(fams, custom), True)
@@ -153,12 +183,14 @@ def prometheus_name(inst: I.Instrument) -> str:
     return metric_name(inst.name, inst.unit, inst.kind)
 
 
-def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]]) -> Profile:
+def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]], spec_decode: bool) -> Profile:
     error_type = {"otel_llm.finish_reason": ("error_type", lambda r: r if r in ("abort", "error") else None)}
     fams = []
     for inst in table.values():
-        if inst.name == "otel_llm.cache_config.info":
-            continue  # a vLLM-ism; the OTel way is resource attributes
+        if inst.name in ("otel_llm.cache_config.info", "otel_llm.lora.info"):
+            continue  # vLLM-isms; the OTel way: resource attributes, per-adapter counts (otel_llm.lora.requests)
+        if inst.name.startswith("otel_llm.spec_decode.") and not spec_decode:
+            continue  # no speculative decoding configured (as the `vllm` profile, and OTLP while they are 0)
         labels: LabelMap = {d: (d.replace(".", "_"), _same) for d in inst.dims}
         if inst.name == "gen_ai.server.request.duration":
             labels.update(error_type)
@@ -175,15 +207,16 @@ PROFILE_NAMES = ("vllm", "otel", "sglang", "tgi", "triton")
 
 
 def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[float, ...]] | None = None,
-                hidden: str | None = None) -> Profile:
+                hidden: str | None = None, num_speculative_tokens: int = 0) -> Profile:
     """A profile's table. `custom`: canonical histogram -> the operator's buckets (`vllm` and `otel`
     only: the other profiles copy servers with their own bucket flags); `hidden`: the
-    `--show-hidden-metrics-for-version` value (`vllm` only)."""
+    `--show-hidden-metrics-for-version` value (`vllm` only); `num_speculative_tokens`: 0 leaves
+    the spec-decode families out (`vllm`, `otel`)."""
     custom = custom or {}
     if name == "vllm":
-        return _vllm(custom, hidden)
+        return _vllm(custom, hidden, num_speculative_tokens)
     if name == "otel":
-        return _otel(I.instrument_table(max_model_len), custom)
+        return _otel(I.instrument_table(max_model_len), custom, num_speculative_tokens > 0)
     if name == "sglang":
         from .profile_sglang import sglang_profile
         return sglang_profile(max_model_len)

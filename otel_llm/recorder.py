@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord, ones_i4
+from .step import MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4
 
 _EMPTY_I8 = np.zeros(0, np.int64)
 _EMPTY_I4 = np.zeros(0, np.int32)
@@ -32,6 +32,10 @@ class StepRecorder:
         # One (wall, monotonic) anchor per process: spans convert engine times with it.
         self.anchor_wall_ns, self.anchor_mono_ns = time.time_ns(), clock()
         self._reset()
+        # What only some engines report; reset by `_take_extension` only when used (steady steps pay nothing).
+        self._extended = False  # this step has some
+        self._ev_external: list[tuple[int, int]] = []  # (event index, KV-connector hit tokens), only the nonzero
+        self._spec: list | None = None  # [drafts, draft tokens, accepted, accepted per position]
 
     def _reset(self) -> None:
         self._ev_rid: list[int] = []
@@ -57,8 +61,13 @@ class StepRecorder:
         """The request entered the engine's waiting queue."""
         self._event(rid, EventKind.QUEUED)
 
-    def scheduled(self, rid: int, num_cached_tokens: int = 0) -> None:
-        """The request was (re)scheduled; `num_cached_tokens` = prefix-cache hit, tokens."""
+    def scheduled(self, rid: int, num_cached_tokens: int = 0, num_external_cached_tokens: int = 0) -> None:
+        """The request was (re)scheduled. Its first scheduling's hits (tokens) split its prompt, as
+        vLLM's: `num_cached_tokens` from the local prefix cache, `num_external_cached_tokens` from
+        a KV connector (another instance's cache); the rest is computed."""
+        if num_external_cached_tokens and self.enabled:
+            self._ev_external.append((len(self._ev_rid), num_external_cached_tokens))
+            self._extended = True
         self._event(rid, EventKind.SCHEDULED, num_cached_tokens)
 
     def preempted(self, rid: int) -> None:
@@ -93,6 +102,26 @@ class StepRecorder:
             self._fin_reason.append(int(reason))
             self._fin_max.append(max_seq_tokens)
 
+    def spec_decode(self, num_drafts: int, num_draft_tokens: int, num_accepted_tokens: int,
+                    accepted_per_pos: Sequence[int] = ()) -> None:
+        """Speculative decoding this step (several calls in a step add up): drafts, draft tokens,
+        accepted draft tokens, and per draft position the drafts accepted up to it (vLLM's
+        `SpecDecodingStats`). Positions past `MAX_SPEC_POSITIONS` are not kept; the frontend
+        counts such a step in `otel_llm.telemetry.dropped`."""
+        if not self.enabled:
+            return
+        pos = list(accepted_per_pos[: MAX_SPEC_POSITIONS + 1])
+        if self._spec is None:
+            self._spec = [num_drafts, num_draft_tokens, num_accepted_tokens, pos]
+            self._extended = True
+            return
+        spec = self._spec
+        spec[0] += num_drafts
+        spec[1] += num_draft_tokens
+        spec[2] += num_accepted_tokens
+        old = spec[3]
+        spec[3] = [a + b for a, b in zip(old, pos)] + (old[len(pos):] if len(old) > len(pos) else pos[len(old):])
+
     def snapshot(self, snapshot: SchedulerSnapshot) -> None:
         """Attach the scheduler snapshot for this step (callers may throttle, e.g. 1 Hz)."""
         if self.enabled:
@@ -103,6 +132,9 @@ class StepRecorder:
         if not self.enabled:
             return None
         ts = self._clock()
+        spec = external = None
+        if self._extended:
+            spec, external = self._take_extension()
         if len(self._out_rid) == 1:
             out_rid, out_n = self._out_rid[0], self._out_n[0]
         else:
@@ -120,9 +152,22 @@ class StepRecorder:
             np.array(self._fin_max, np.int32) if self._fin_max else _EMPTY_I4,
             self._snapshot,
             self._all_one,
+            spec,
+            external,
         )
         self._reset()
         return rec
+
+    def _take_extension(self) -> tuple[SpecDecodingStats | None, np.ndarray | None]:
+        """This step's spec decoding sums and per-event KV-connector hits (None: none); then reset."""
+        spec = None if self._spec is None else SpecDecodingStats(*self._spec[:3], np.array(self._spec[3], np.int64))
+        external = None
+        if self._ev_external:
+            external = np.zeros(len(self._ev_rid), np.int64)
+            idx, tokens = zip(*self._ev_external)
+            external[list(idx)] = tokens
+        self._spec, self._ev_external, self._extended = None, [], False
+        return spec, external
 
     def end_step_bytes(self, num_computed_prompt_tokens: int = 0) -> bytes | None:
         """`end_step` serialised for a process boundary (None when disabled)."""

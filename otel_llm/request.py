@@ -15,6 +15,9 @@ class RequestInfo:
     becomes their child. `input_messages` (a JSON string) is recorded only when
     content capture is opted in. `arrival_ns` lets a server stamp arrival at its edge
     (before body parsing and tokenization), on the same clock as the Telemetry's.
+    `lora_name` is the LoRA adapter the request runs with (vLLM's `LoRARequest.lora_name`;
+    None or "" for the base model): it is counted per adapter and, with
+    `TelemetryConfig.max_loras`, listed in `vllm:lora_requests_info` while it waits or runs.
     """
 
     request_id: str
@@ -31,3 +34,4 @@ class RequestInfo:
     trace_headers: Mapping[str, str] | None = None
     input_messages: str | None = None
     arrival_ns: int | None = None  # frontend monotonic ns when the request arrived; None = now
+    lora_name: str | None = None

@@ -24,6 +24,13 @@ inference = last token - SCHEDULED, all on the engine's monotonic clock;
 TTFT and e2e = frontend receive time - frontend arrival time, on the
 frontend's monotonic clock. Preemptions inside a phase count toward it.
 
+Prompt accounting is vLLM 0.32's (`PrefillStats`, `PromptTokenStats`): the
+first SCHEDULED event's hits split the prompt (a reschedule after preemption
+does not change it) into local prefix-cache hits, KV-connector hits and
+computed tokens (hits are clamped to the prompt; a negative one reads 0); the
+split is counted by source at the request's first token, with its prompt tokens,
+and its computed part observed at finish (`prefill_kv_computed_tokens`).
+
 Thread-safety: single writer; the owner holds its lock around every call.
 """
 
@@ -38,7 +45,7 @@ from .instruments import DIMENSIONS
 from .metrics_state import MetricsState
 from .request import RequestInfo
 from .step import HEADER_SIZE as _HEADER_SIZE
-from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
+from .step import MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord
 
 _NUM_REASONS = len(FinishReason)
 # Plain ints: comparing a numpy array with an IntEnum member costs ~5x more than with an int.
@@ -48,8 +55,11 @@ MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 # Per-slot int64 columns: the rows of one [len(_INT_FIELDS), capacity] array (`_ints`), each
 # also an attribute (a view), so a finish gathers or clears all of them in one operation.
 # Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
+# num_cached / num_external: the first scheduling's local prefix-cache and KV-connector hits (tokens).
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
-               "num_cached", "max_tokens", "n", "npre", "chunks", "mat_seq")
+               "num_cached", "num_external", "max_tokens", "n", "npre", "chunks", "mat_seq")
+# Rows of (prompt, local hits, external hits), as one [3, 1] index: `_ints[_SPLIT_ROWS, slots]` gathers them at once.
+_SPLIT_ROWS = np.array([[_INT_FIELDS.index(f)] for f in ("num_prompt", "num_cached", "num_external")])
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
 
 
@@ -68,7 +78,7 @@ class FinishedBatch:
     first_recv: np.ndarray  # frontend monotonic ns of the first token (0 = none)
     num_prompt: np.ndarray
     num_gen: np.ndarray
-    num_cached: np.ndarray
+    num_cached: np.ndarray  # local + external hits (vLLM's num_cached_tokens)
     npre: np.ndarray
     engine_valid: np.ndarray  # bool: engine timestamps complete and ordered
     trace: np.ndarray  # [n, TRACE_COLUMNS] uint64 (see aggregation.TRACE_COLUMNS)
@@ -109,6 +119,7 @@ class RequestTable:
         self.outputs: list[list[str] | None] = []
         self._free: list[int] = []
         self.num_active = 0
+        self.live_hits = 0  # live requests with prefix-cache or KV-connector hits (none: their work is skipped)
         self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
         self._grow(capacity)
 
@@ -179,25 +190,33 @@ class RequestTable:
         self._step_tokens(rec.num_computed_prompt_tokens + out_tokens)
         if rec.snapshot is not None:
             self._snapshot(rec.snapshot)
+        if rec.spec_decoding is not None:
+            self._spec_decoding(rec.spec_decoding)
         return self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns) \
             if len(rec.finished_rid) else None
 
     def _events(self, rec: StepRecord) -> None:
         s, ok = self._slots(rec.event_rid)
-        kind, ts, val = rec.event_kind, rec.event_ts_ns, rec.event_value
+        kind, ts, val, ext = rec.event_kind, rec.event_ts_ns, rec.event_value, rec.event_external
+        if ext is not None and len(ext) != len(kind):
+            self.dropped["bad_value"] += 1
+            ext = None
         if ok is not None:
             kind, ts, val = kind[ok], ts[ok], val[ok]
+            ext = None if ext is None else ext[ok]
         for k, field in ((_QUEUED, self.queued), (_SCHEDULED, self.sched)):
             m = kind == k
             if m.any():
                 sk, tk, vk = s[m], ts[m], val[m]
+                ek = ext[m] if ext is not None and k == _SCHEDULED else None
                 if len(sk) > 1:  # the same request twice in one step: its first event counts
                     sk, idx = np.unique(sk, return_index=True)
                     tk, vk = tk[idx], vk[idx]
+                    ek = None if ek is None else ek[idx]
                 fresh = field[sk] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
                 field[sk[fresh]] = tk[fresh]
-                if k == _SCHEDULED:
-                    self.num_cached[sk[fresh]] = vk[fresh]
+                if k == _SCHEDULED and (vk.any() or ek is not None):
+                    self._prompt_split(sk[fresh], vk[fresh], None if ek is None else ek[fresh])
         m = kind == _PREEMPTED
         if m.any():
             for slot, t in zip(s[m].tolist(), ts[m].tolist()):
@@ -285,7 +304,7 @@ class RequestTable:
             self.first[sf] = ts
             self.first_recv[sf] = now_ns
             h["gen_ai.server.time_to_first_token"].record(now_ns - self.arrival[sf], self.op[sf], self.trace[sf])
-            self.metrics.add("otel_llm.usage.prompt_tokens", int(self.num_prompt[sf].sum()))
+            self._prompt_sources(sf)
             sched = self.sched[e]
             resp_ns = np.where(is_first, np.where(sched > 0, ts - sched, 0), ts - last)
             h["otel_llm.request.inter_token_latency"].record(resp_ns[~is_first])
@@ -298,6 +317,32 @@ class RequestTable:
         self.mat_seq[e] = self.seq
         self.in_run[e] = True
         self.n_run += len(e)
+
+    def _prompt_split(self, s: np.ndarray, local: np.ndarray, external: np.ndarray | None) -> None:
+        """The first scheduling's hits of requests `s`, clamped to their prompt (negative: 0)."""
+        prompt = self.num_prompt[s]
+        local = np.minimum(np.maximum(local, 0), prompt)
+        self.num_cached[s] = local
+        if external is not None:
+            external = np.minimum(np.maximum(external, 0), prompt - local)
+            self.num_external[s] = external
+            local = local + external
+        self.live_hits += int(np.count_nonzero(local))
+
+    def _prompt_sources(self, s: np.ndarray) -> None:
+        """Prompt tokens of requests at their first token, in all and by source (vLLM's PromptTokenStats)."""
+        if self.live_hits:  # prompt, local hits, external hits: one gather ([3, n]), one sum
+            total, local_hits, external_hits = self._ints[_SPLIT_ROWS, s].sum(axis=1).tolist()
+        else:
+            total, local_hits, external_hits = int(self.num_prompt[s].sum()), 0, 0
+        m = self.metrics
+        m.add("otel_llm.usage.prompt_tokens", total)
+        by_source = m.counters["otel_llm.usage.prompt_tokens_by_source"]
+        by_source[0] += total - local_hits - external_hits
+        if local_hits or external_hits:
+            by_source[1] += local_hits
+            by_source[2] += external_hits
+            m.add("otel_llm.usage.prompt_tokens_cached", local_hits + external_hits)
 
     def _add_responses(self, index: np.ndarray, ns: np.ndarray) -> None:
         """Triton response_stats: count and ns per response index; indices past the cap are dropped."""
@@ -343,20 +388,45 @@ class RequestTable:
     def _snapshot(self, snap: SchedulerSnapshot) -> None:
         m = self.metrics
         if not (0.0 <= snap.kv_usage <= 1.0) or min(snap.running, snap.waiting, snap.prefix_queries,
-                                                      snap.prefix_hits, snap.preemptions) < 0:
+                                                      snap.prefix_hits, snap.preemptions, snap.waiting_deferred,
+                                                      snap.external_prefix_queries, snap.external_prefix_hits) < 0 \
+                or snap.waiting_deferred > snap.waiting:
             self.dropped["bad_value"] += 1  # also catches NaN kv_usage
             return
         m.gauges["otel_llm.scheduler.running"] = snap.running
         m.gauges["otel_llm.scheduler.waiting"] = snap.waiting
+        m.gauges["otel_llm.scheduler.waiting_by_reason"] = np.array(
+            (snap.waiting - snap.waiting_deferred, snap.waiting_deferred), np.float64)
         m.gauges["otel_llm.kv_cache.usage"] = snap.kv_usage
         m.add("otel_llm.prefix_cache.queries", snap.prefix_queries)
         m.add("otel_llm.prefix_cache.hits", snap.prefix_hits)
         m.add("otel_llm.scheduler.preemptions", snap.preemptions)
+        if snap.external_prefix_queries or snap.external_prefix_hits:
+            m.add("otel_llm.external_prefix_cache.queries", snap.external_prefix_queries)
+            m.add("otel_llm.external_prefix_cache.hits", snap.external_prefix_hits)
+
+    def _spec_decoding(self, sd: SpecDecodingStats) -> None:
+        """A step's speculative decoding; positions past MAX_SPEC_POSITIONS (or negative numbers) drop
+        the step's per-position part (counted), the totals still count unless they are negative."""
+        pos = np.asarray(sd.accepted_per_pos, np.int64)
+        if min(sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens) < 0:
+            self.dropped["bad_value"] += 1
+            return
+        m = self.metrics
+        m.add("otel_llm.spec_decode.drafts", sd.num_drafts)
+        m.add("otel_llm.spec_decode.draft_tokens", sd.num_draft_tokens)
+        m.add("otel_llm.spec_decode.accepted_tokens", sd.num_accepted_tokens)
+        if len(pos) > MAX_SPEC_POSITIONS or (len(pos) and pos.min() < 0):
+            self.dropped["bad_value"] += 1
+        elif len(pos):
+            m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"][: len(pos)] += pos
 
     def engine_gone(self) -> None:
         gauges = self.metrics.gauges
         gauges["otel_llm.scheduler.running"] = gauges["otel_llm.scheduler.waiting"] = 0
         gauges["otel_llm.kv_cache.usage"] = 0.0
+        if gauges["otel_llm.scheduler.waiting_by_reason"] is not None:
+            gauges["otel_llm.scheduler.waiting_by_reason"] = np.zeros(2)
 
     def finish_from_frontend(self, handle: int, reason: FinishReason, now_ns: int) -> FinishedBatch | None:
         """Finish a request the engine will never report (engine died, rejected before it)."""
@@ -386,7 +456,8 @@ class RequestTable:
         series_reason = op * _NUM_REASONS + reasons
         m.add_many("otel_llm.request.finished", series_reason)
         h["gen_ai.server.request.duration"].record(now_ns - arrival, series_reason, trace)
-        h["otel_llm.request.prompt_tokens"].record(num_prompt.astype(np.float64), op, trace)
+        prompt = num_prompt.astype(np.float64)
+        h["otel_llm.request.prompt_tokens"].record(prompt, op, trace)
         h["otel_llm.request.generation_tokens"].record(num_gen.astype(np.float64), op, trace)
         h["otel_llm.request.max_generation_tokens"].record(
             np.where(max_seq > 0, max_seq, num_gen).astype(np.float64), op)
@@ -395,6 +466,13 @@ class RequestTable:
         has_mt = mt >= 0
         h["otel_llm.request.params.max_tokens"].record(mt[has_mt].astype(np.float64), op[has_mt])
         h["otel_llm.request.preemptions"].record(col["npre"].astype(np.float64), op)
+        if self.live_hits:
+            cached = col["num_cached"] + col["num_external"]  # clamped to the prompt when scheduled
+            self.live_hits -= int(np.count_nonzero(cached))
+            h["otel_llm.request.prefill_kv_computed_tokens"].record(prompt - cached, op)
+        else:
+            cached = col["num_cached"]  # all 0
+            h["otel_llm.request.prefill_kv_computed_tokens"].record(prompt, op)
         # Engine intervals: only for requests whose engine timestamps are complete and ordered.
         has_tokens = f > 0
         valid = has_tokens & (q > 0) & (sc >= q) & (f >= sc) & (last >= f)
@@ -414,7 +492,7 @@ class RequestTable:
         slots = s.tolist()
         batch = FinishedBatch(
             [self.infos[i] for i in slots], reasons.copy(), arrival, now_ns, q, sc, f, last, col["first_recv"],
-            num_prompt, num_gen, col["num_cached"], col["npre"], valid, trace,
+            num_prompt, num_gen, cached, col["npre"], valid, trace,
             [self.preemption_ts[i] or [] for i in slots], [self.outputs[i] for i in slots],
         )
         self._release(s)

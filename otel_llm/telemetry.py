@@ -1,6 +1,6 @@
 """Telemetry: the frontend-side facade that owns one model/engine's telemetry.
 
-Threads: `arrival`, `ingest`, `set_output` and `fail` are called by the
+Threads: `arrival`, `ingest`, `set_output`, `fail` and `reject` are called by the
 frontend (any thread; they take the lock briefly). Collection (`snapshot`,
 `render`, OTel readers, the stat logger) takes the same lock only to flush and
 copy the aggregates, then works off-lock. Nothing here raises into the caller
@@ -18,7 +18,8 @@ import time
 
 from .config import TelemetryConfig
 from .exposition import Renderer, Source
-from .instruments import request_series
+from .instruments import DIMENSIONS, request_series
+from .lora import LoraRequests, LoraSnapshot
 from .metrics_state import MetricsSnapshot, MetricsState
 from .profiles import HIDDEN_VLLM, aggregation_table, hidden_version
 from .request import RequestInfo
@@ -49,6 +50,7 @@ class Telemetry:
                            "(it does for %s); nothing added", hidden, ", ".join(HIDDEN_VLLM))
         self.metrics = MetricsState(self.table_spec)
         self.table = RequestTable(self.metrics)
+        self.lora = LoraRequests(config.max_loras, config.cardinality_limit)
         self.triton = TritonStats(config.model_name, config.model_version)
         self.anchor = (time.time_ns(), clock())
         self.start_time_ns = self.anchor[0]
@@ -80,7 +82,10 @@ class Telemetry:
             trace = self.tracer.start(info, info.operation) if self.tracer else (0, 0, 0, 0)
             with self._lock:
                 self.triton.on_arrival(time.time_ns() // 1_000_000)
-                return self.table.allocate(info, op, now, trace)
+                handle = self.table.allocate(info, op, now, trace)
+                if info.lora_name and handle > 0:
+                    self.lora.arrival(handle, str(info.lora_name))
+                return handle
         except Exception:  # telemetry never breaks the request path
             self._internal_error("arrival")
             return -1
@@ -109,7 +114,11 @@ class Telemetry:
         def apply():
             self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
             self.computed_prompt_tokens += rec.num_computed_prompt_tokens
-            return self.table.apply(rec, now)
+            finished = self.table.apply(rec, now)
+            lora = self.lora
+            if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
+                lora.step(rec, (self.anchor[0] + now - self.anchor[1]) / 1e9)
+            return finished
 
         self._apply("ingest", apply)
 
@@ -144,7 +153,13 @@ class Telemetry:
         """Finish a request from the frontend (engine died, or it never reached the engine)."""
         if not self.enabled:
             return
-        self._apply("fail", lambda: self.table.finish_from_frontend(handle, reason, self._clock()))
+
+        def change():
+            if self.lora.live:
+                self.lora.finish(handle)
+            return self.table.finish_from_frontend(handle, reason, self._clock())
+
+        self._apply("fail", change)
 
     def engine_gone(self) -> None:
         """The engine is gone (died, hung, being restarted): its scheduler gauges (running,
@@ -153,6 +168,19 @@ class Telemetry:
             return
         with self._lock:
             self.table.engine_gone()
+
+    def reject(self, reason: str) -> None:
+        """A request refused at admission, before it was registered (vLLM's `record_admission_rejection`):
+        counted in `otel_llm.admission.rejections` by `reason` (`max_num_queued_reqs` or
+        `max_num_queued_tokens`); another reason is dropped and counted, never raised."""
+        if not self.enabled:
+            return
+        reasons = DIMENSIONS["otel_llm.rejection_reason"]
+        with self._lock:
+            if reason in reasons:
+                self.metrics.add("otel_llm.admission.rejections", 1, reasons.index(reason))
+            else:
+                self.table.dropped["bad_value"] += 1
 
     def _internal_error(self, where: str) -> None:
         self.internal_errors += 1
@@ -166,9 +194,13 @@ class Telemetry:
             self.metrics.counters["otel_llm.telemetry.dropped"][0] = sum(self.table.dropped.values())
             return self.metrics.snapshot(time.time_ns())
 
+    def lora_snapshot(self) -> LoraSnapshot | None:
+        with self._lock:
+            return self.lora.snapshot()
+
     def source(self) -> Source:
         return Source(self.snapshot(), self.table_spec, self.config.model_name, self.config.engine, self.cache_config,
-                      self.config.model_version)
+                      self.config.model_version, self.lora_snapshot())
 
     def render(self, openmetrics: bool = False, profile: str | None = None) -> bytes:
         """This Telemetry's exposition (`profile` defaults to config.metrics_compat)."""
@@ -177,7 +209,7 @@ class Telemetry:
         name = profile or self.config.metrics_compat
         renderer = self._renderers.get(name)
         if renderer is None:
-            renderer = self._renderers[name] = Renderer(self.config.profile(name))
+            renderer = self._renderers[name] = Renderer(self.config.profile(name), self.config.cardinality_limit)
         return renderer.render([self.source()], openmetrics)
 
     @property

@@ -45,11 +45,11 @@ from vllm.v1.metrics.perf import PerfMetricsProm
 from vllm.v1.spec_decode.metrics import SpecDecodingProm
 
 from .bridge import TEMPORALITIES, attach_reader
+from .exposition import _groups as series_groups
 from .instruments import Kind
 from .profiles import get_profile
 from .prom_families import FamilySet, shim_classes
-from .step import FINISH_REASON_LABELS
-from .vllm_stats import NUM_REASONS, OP_OTHER, PROMPT_SOURCES, VllmStatsAggregator
+from .vllm_stats import VllmStatsAggregator
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
@@ -147,6 +147,9 @@ class OtelLLMStatLogger(AggregateStatLoggerBase):
     def log_engine_initialized(self):
         logger.info("%s", self._otel.started())
 
+    def record_admission_rejection(self, reason: str) -> None:
+        self._otel.agg.reject(reason)  # pushed; vLLM's own logger serves vllm:admission_rejections
+
 
 class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
     """`replace` mode: vLLM's `vllm:*` families, values from otel_llm's aggregation, plus the OTLP push."""
@@ -196,7 +199,8 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
 
     def record_admission_rejection(self, reason: str) -> None:
         try:
-            super().record_admission_rejection(reason)
+            super().record_admission_rejection(reason)  # vLLM's own (its KeyError on an unknown reason is counted)
+            self._otel.agg.reject(reason)  # the value served and pushed
         except Exception:
             self._otel.agg._failed("record_admission_rejection")
 
@@ -224,15 +228,9 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             inst = agg.table.get(pfam.canonical)
             if fam is None or inst is None or pfam.canonical == "otel_llm.cache_config.info":
                 continue
-            fam.source = _canonical_source(fam, inst, agg)
+            fam.source = _canonical_source(fam, pfam, inst, agg)
         extras = {
-            "vllm:num_requests_waiting_by_reason":
-                lambda x, lab: x.waiting_capacity if lab["reason"] == "capacity" else x.waiting_deferred,
-            "vllm:prompt_tokens_by_source": lambda x, lab: x.prompt_by_source[PROMPT_SOURCES.index(lab["source"])],
-            "vllm:prompt_tokens_cached": lambda x, lab: x.prompt_cached,
             "vllm:prompt_tokens_cached_by_source": lambda x, lab: x.cached_by_source.get(lab["source"], 0.0),
-            "vllm:external_prefix_cache_queries": lambda x, lab: x.external_queries,
-            "vllm:external_prefix_cache_hits": lambda x, lab: x.external_hits,
             "vllm:mm_cache_queries": lambda x, lab: x.mm_queries,
             "vllm:mm_cache_hits": lambda x, lab: x.mm_hits,
         }
@@ -240,9 +238,6 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             fam = fams.get(name)
             if fam is not None:
                 fam.source = _extras_source(fam, agg, get)
-        fam = fams.get("vllm:request_prefill_kv_computed_tokens")
-        if fam is not None:
-            fam.source = _extras_histogram_source(fam, agg)
 
     def render(self) -> bytes:
         """This logger's `vllm:*` families in text format 0.0.4 (prometheus_client's bytes)."""
@@ -283,21 +278,23 @@ def _engine(fam, agg, child):
     return agg.engines.get(int(fam.label_dict(child).get("engine", 0)))
 
 
-def _canonical_source(fam, inst, agg):
-    """A family's values from a canonical instrument's per-engine state (re-bucketed exactly)."""
+def _canonical_source(fam, pfam, inst, agg):
+    """A family's values from a canonical instrument's per-engine state (re-bucketed exactly).
+    `pfam`: the `vllm` profile's entry, which says which dims are labels (as on our own /metrics)."""
     import numpy as np
 
-    reason_label = "finished_reason" in fam.labelnames
-    by_reason = "otel_llm.finish_reason" in inst.dims
+    groups = dict(series_groups(inst, pfam))  # label pairs -> the series they sum
+    labels = [pfam.labels[d][0] for d in inst.dims if d in pfam.labels]
+    chosen: dict[tuple[str, ...], int | np.ndarray] = {}
 
-    def series(child) -> int | slice:
+    def series(child) -> int | np.ndarray:
         """The instrument's series this child shows (summed when the family drops a dimension)."""
-        if reason_label:
-            reason = FINISH_REASON_LABELS.index(fam.label_dict(child)["finished_reason"])
-            return OP_OTHER * NUM_REASONS + reason
-        if by_reason:
-            return slice(OP_OTHER * NUM_REASONS, (OP_OTHER + 1) * NUM_REASONS)
-        return OP_OTHER if inst.dims else 0
+        s = chosen.get(child.labelvalues)
+        if s is None:
+            lab = fam.label_dict(child)
+            s = groups.get(tuple((name, lab.get(name, "")) for name in labels), np.zeros(0, np.int64))
+            s = chosen[child.labelvalues] = int(s[0]) if len(s) == 1 else s
+        return s
 
     if inst.kind is Kind.HISTOGRAM:
         fine = np.asarray(inst.buckets, np.float64)
@@ -320,7 +317,7 @@ def _canonical_source(fam, inst, agg):
     def gauge(child):
         e = _engine(fam, agg, child)
         v = None if e is None else e.metrics.gauges.get(inst.name)
-        return 0.0 if v is None else float(v)
+        return 0.0 if v is None else float(v[series(child)].sum()) if inst.dims else float(v)
     return gauge
 
 
@@ -330,17 +327,6 @@ def _extras_source(fam, agg, get):
         return 0.0 if e is None else float(get(e.extras, fam.label_dict(child)))
     return value
 
-
-def _extras_histogram_source(fam, agg):
-    import numpy as np
-
-    def hist(child):
-        e = _engine(fam, agg, child)
-        if e is None:
-            return [0] * (len(fam.buckets) + 1), 0.0
-        h = e.extras.prefill_kv_computed
-        return np.cumsum(h.counts[0]).tolist(), float(h.sums[0])
-    return hist
 
 
 def install_fast_metrics(stat_logger: OtelLLMPrometheusStatLogger) -> None:

@@ -14,8 +14,10 @@ itself every `flush_every` steps.
 Values follow vLLM's `PrometheusStatLogger.record` exactly (what it observes,
 and when); the canonical instruments (`instruments.py`) carry them, with
 `gen_ai.operation.name="_OTHER"` (vLLM's stats do not say chat or
-completion). Families vLLM serves that have no canonical instrument
-(`Extras`) are kept per engine beside them.
+completion): also the waiting requests by reason, prompt tokens by source,
+the KV connector's prefix cache and speculative decoding, so OTLP has them.
+Families vLLM serves that have no canonical instrument (`Extras`: cached
+tokens by cache tier, the multimodal cache) are kept per engine beside them.
 """
 
 from __future__ import annotations
@@ -33,28 +35,25 @@ import numpy as np
 
 from .aggregation import HistogramState
 from .config import TelemetryConfig
-from .instruments import OPERATIONS, Instrument, instrument_table, request_series
+from .instruments import DIMENSIONS, OPERATIONS, Instrument, instrument_table, request_series
 from .metrics_state import MetricsSnapshot, MetricsState
-from .step import FinishReason
+from .step import MAX_SPEC_POSITIONS, FinishReason
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
 OP_OTHER = request_series(len(OPERATIONS) - 1, False)  # "_OTHER", not known to stream
 NUM_REASONS = len(FinishReason)
-PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vLLM's PromptTokenStats.ALL_SOURCES
-# FinishedRequestStats fields, one row per request: reason, then vLLM's observation order; the last one
-# feeds only a vLLM family (vllm:request_prefill_kv_computed_tokens), so only `replace` mode reads it.
+# FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
 _FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time", "decode_time",
                     "num_preemptions", "num_prompt_tokens", "num_generation_tokens", "mean_time_per_output_token",
                     "max_tokens_param", "num_cached_tokens")
-# by vllm_families: (one getter of the row, its width)
-_FINISHED = {True: (attrgetter(*_FINISHED_FIELDS), len(_FINISHED_FIELDS)),
-             False: (attrgetter(*_FINISHED_FIELDS[:-1]), len(_FINISHED_FIELDS) - 1)}
+_FINISHED = attrgetter(*_FINISHED_FIELDS)
 # IterationStats / PromptTokenStats fields read once per step.
 _ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_token_stats",
                         "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
                         "inter_token_latencies_iter", "finished_requests")
 _PROMPT = attrgetter("total", "computed", "local_cache_hit", "external_kv_transfer", "cached_tokens")
+_SPEC = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 _COLUMN = {name: i for i, name in enumerate(_FINISHED_FIELDS)}
 # canonical histogram <- its FinishedRequestStats column
 _PER_REQUEST = tuple((inst, _COLUMN[f]) for inst, f in (
@@ -70,16 +69,9 @@ _PER_REQUEST = tuple((inst, _COLUMN[f]) for inst, f in (
 class Extras:
     """Per-engine values of vLLM families that have no canonical instrument."""
 
-    waiting_capacity: float = 0.0
-    waiting_deferred: float = 0.0
-    prompt_by_source: list[float] = field(default_factory=lambda: [0.0] * len(PROMPT_SOURCES))
-    prompt_cached: float = 0.0
     cached_by_source: dict[str, float] = field(default_factory=dict)  # CacheHitSource value -> tokens
-    external_queries: float = 0.0
-    external_hits: float = 0.0
     mm_queries: float = 0.0
     mm_hits: float = 0.0
-    prefill_kv_computed: HistogramState | None = None  # vllm:request_prefill_kv_computed_tokens
 
 
 class EngineStats:
@@ -93,7 +85,7 @@ class EngineStats:
         self.config = config
         self.table_spec = table
         self.metrics = MetricsState(table, seconds_in_ns=False)
-        self.extras = Extras(prefill_kv_computed=HistogramState(table["otel_llm.request.prompt_tokens"].buckets))
+        self.extras = Extras()
         self.start_time_ns = time.time_ns()
         self._lock = lock
         self._flush = flush
@@ -101,7 +93,6 @@ class EngineStats:
     def settle(self) -> None:
         """Bucket every buffered value (under the aggregator's lock)."""
         self.metrics.flush(0)
-        self.extras.prefill_kv_computed.flush()
 
     def snapshot(self) -> MetricsSnapshot:
         self._flush()
@@ -137,7 +128,10 @@ class VllmStatsAggregator:
         for idx in engine_indexes:
             self.engine(idx)
         self.errors = 0
-        self.dropped = 0  # steps lost to unreadable stats objects (counted; the first error logged)
+        # steps lost to unreadable stats objects (counted; the first error logged), steps whose
+        # per-position spec decoding counts had more than MAX_SPEC_POSITIONS positions (left out),
+        # and admission rejections with an unknown reason
+        self.dropped = 0
 
     def engine(self, idx: int) -> EngineStats:
         e = self.engines.get(idx)
@@ -190,6 +184,18 @@ class VllmStatsAggregator:
         with self.settled():
             pass
 
+    def reject(self, reason: str) -> None:
+        """One frontend admission rejection (vLLM's `record_admission_rejection`), counted on the first
+        engine's state (the family has no engine label); an unknown reason is dropped and counted. Never raises."""
+        reasons = DIMENSIONS["otel_llm.rejection_reason"]
+        with self._lock:
+            first = next(iter(self.engines.values()))
+            if reason in reasons:
+                first.metrics.add("otel_llm.admission.rejections", 1, reasons.index(reason))
+            else:
+                self.dropped += 1
+                first.metrics.counters["otel_llm.telemetry.dropped"][0] = self.dropped
+
     def _failed(self, where: str) -> None:
         self.errors += 1
         if self.errors == 1:
@@ -215,35 +221,52 @@ class VllmStatsAggregator:
         if self.scheduler_gauges:
             m.gauges["otel_llm.scheduler.running"] = last.num_running_reqs
             m.gauges["otel_llm.scheduler.waiting"] = last.num_waiting_reqs + last.num_skipped_waiting_reqs
+            m.gauges["otel_llm.scheduler.waiting_by_reason"] = np.array(
+                (last.num_waiting_reqs, last.num_skipped_waiting_reqs), np.float64)
             m.gauges["otel_llm.kv_cache.usage"] = last.kv_cache_usage
         pcs = [s.prefix_cache_stats for s in scheds]
         hits = sum(p.hits for p in pcs)
         m.add("otel_llm.prefix_cache.queries", sum(p.queries for p in pcs))
         m.add("otel_llm.prefix_cache.hits", hits)
+        connector = [c for c in (s.connector_prefix_cache_stats for s in scheds) if c is not None]
+        m.add("otel_llm.external_prefix_cache.queries", sum(c.queries for c in connector))
+        m.add("otel_llm.external_prefix_cache.hits", sum(c.hits for c in connector))
+        spec = [sd for sd in (getattr(s, "spec_decoding_stats", None) for s in scheds) if sd is not None]
+        if spec:
+            self._spec_decoding(m, spec)
         if not self.vllm_families:
             return
-        x.waiting_capacity, x.waiting_deferred = last.num_waiting_reqs, last.num_skipped_waiting_reqs
         x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
-        for s in scheds:
-            c = s.connector_prefix_cache_stats
-            if c is not None:
-                x.external_queries += c.queries
-                x.external_hits += c.hits
-                for tier, n in c.hits_by_source.items():
-                    key = getattr(tier, "value", str(tier))
-                    x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
+        for c in connector:
+            for tier, n in c.hits_by_source.items():
+                key = getattr(tier, "value", str(tier))
+                x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
+
+    def _spec_decoding(self, m: MetricsState, stats: list) -> None:
+        """vLLM's `SpecDecodingProm.observe` per step; a step with more than MAX_SPEC_POSITIONS
+        positions leaves its per-position counts out (counted in `dropped`)."""
+        drafts, draft_tokens, accepted, per_pos = zip(*map(_SPEC, stats))
+        m.add("otel_llm.spec_decode.drafts", sum(drafts))
+        m.add("otel_llm.spec_decode.draft_tokens", sum(draft_tokens))
+        m.add("otel_llm.spec_decode.accepted_tokens", sum(accepted))
+        out = m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"]
+        for pos in per_pos:
+            if len(pos) > MAX_SPEC_POSITIONS:
+                self.dropped += 1
+            elif len(pos):
+                out[: len(pos)] += pos
 
     def _iterations(self, e: EngineStats, its: list) -> None:
-        m, h, x = e.metrics, e.metrics.histograms, e.extras
+        m, h = e.metrics, e.metrics.histograms
         gen, preempted, pts, max_gen, n_params, ttft, itl, fins = zip(*map(_ITERATION, its))
         total, computed, local_hit, external, cached = zip(*map(_PROMPT, pts))
         m.add("otel_llm.usage.generation_tokens", sum(gen))
         m.add("otel_llm.usage.prompt_tokens", sum(total))
         m.add("otel_llm.scheduler.preemptions", sum(preempted))
-        if self.vllm_families:
-            for i, vals in enumerate((computed, local_hit, external)):
-                x.prompt_by_source[i] += sum(vals)
-            x.prompt_cached += sum(cached)
+        by_source = m.counters["otel_llm.usage.prompt_tokens_by_source"]  # vLLM's PromptTokenStats.ALL_SOURCES
+        for i, vals in enumerate((computed, local_hit, external)):
+            by_source[i] += sum(vals)
+        m.add("otel_llm.usage.prompt_tokens_cached", sum(cached))
         h["otel_llm.step.tokens"].fold(np.add(computed, gen, dtype=np.float64))
         for name, lists in (("otel_llm.request.max_generation_tokens", max_gen),
                             ("gen_ai.server.time_to_first_token", ttft)):
@@ -254,7 +277,7 @@ class VllmStatsAggregator:
         _record_runs(h["otel_llm.request.inter_token_latency"], itl)
         fins = list(chain.from_iterable(fins))
         if fins:
-            _finished(e, fins, self.vllm_families)
+            _finished(e, fins)
 
 
 def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
@@ -276,11 +299,11 @@ def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
         h.fold(np.array(mixed, np.float64), OP_OTHER)
 
 
-def _finished(e: EngineStats, fins: list, vllm_families: bool) -> None:
+def _finished(e: EngineStats, fins: list) -> None:
     h = e.metrics.histograms
     # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
-    row, width = _FINISHED[vllm_families]
-    a = np.fromiter(chain.from_iterable(map(row, fins)), np.float64,
+    width = len(_FINISHED_FIELDS)
+    a = np.fromiter(chain.from_iterable(map(_FINISHED, fins)), np.float64,
                     len(fins) * width).reshape(-1, width).T
     reason = a[_COLUMN["finish_reason"]].astype(np.int64)
     reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
@@ -288,9 +311,8 @@ def _finished(e: EngineStats, fins: list, vllm_families: bool) -> None:
     e.metrics.add_many("otel_llm.request.finished", by_reason)
     for name, col in _PER_REQUEST:
         h[name].fold(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
-    if vllm_families:
-        prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
-        e.extras.prefill_kv_computed.fold(prompt - np.maximum(cached, 0))
+    prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
+    h["otel_llm.request.prefill_kv_computed_tokens"].fold(prompt - np.maximum(cached, 0), OP_OTHER)
     max_tokens = a[_COLUMN["max_tokens_param"]]
     set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
     if set_mt.any():

@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also serve the families vLLM hid after version X.Y under their old names "
                             "(0.8: time_in_queue_requests; 0.10: gpu_cache_usage_perc, gpu_prefix_cache_*; "
                             "0.11: time_per_output_token_seconds)")
+    serve.add_argument("--cardinality-limit", type=positive_int, default=ServerConfig.cardinality_limit, metavar="N",
+                       help="series per metric for label values from outside (LoRA adapters, model names): "
+                            "beyond N they go into one otel_metric_overflow=\"true\" series, counted in "
+                            "otel_llm_metric_overflow_measurements_total (default: 2000)")
     serve.add_argument("--otlp-traces-endpoint", default=None,
                        help="OTLP/HTTP traces endpoint (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
                             "then $OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
@@ -88,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-bytes", type=positive_int, default=ServerConfig.max_request_bytes,
                        help="larger request bodies are answered 413 before they are read (default: 4 MiB, "
                             "far above any prompt that fits the context)")
+    serve.add_argument("--max-num-queued-reqs", type=positive_int, default=None, metavar="N",
+                       help="vLLM's admission limit: a request that would take the unfinished sequences (waiting "
+                            "or running; n counts n) above N is refused (default: no limit)")
+    serve.add_argument("--max-num-queued-tokens", type=positive_int, default=None, metavar="N",
+                       help="vLLM's admission limit: while the requests not yet past prefill hold N prompt tokens or "
+                            "more, new requests are refused (default: no limit)")
+    serve.add_argument("--admission-status", type=int, choices=(429, 503), default=ServerConfig.admission_status,
+                       help="the status of a refused request: 429 Too Many Requests (default), or 503 with "
+                            "vLLM's exact body (vLLM answers 503)")
 
     collector_cli.add_parser(sub)
     timeline_cli.add_parser(sub)
@@ -133,8 +146,10 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         log_stats_interval_s=args.log_stats_interval, metrics_compat=args.metrics_compat,
         custom_histogram_buckets=parse_specs(args.custom_histogram_buckets),
         show_hidden_metrics_for_version=args.show_hidden_metrics_for_version,
+        cardinality_limit=args.cardinality_limit,
         otlp_traces_endpoint=endpoint, otlp_metrics_endpoint=metrics_endpoint, access_log=args.access_log,
-        max_request_bytes=args.max_request_bytes, engine_restarts=args.engine_restarts,
+        max_request_bytes=args.max_request_bytes, max_num_queued_reqs=args.max_num_queued_reqs,
+        max_num_queued_tokens=args.max_num_queued_tokens, admission_status=args.admission_status, engine_restarts=args.engine_restarts,
         engine_heartbeat_timeout_s=args.engine_heartbeat_timeout, shutdown_timeout_s=args.shutdown_timeout,
     )
 

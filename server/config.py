@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from otel_llm.cardinality import DEFAULT_CARDINALITY_LIMIT
 from otel_llm.profiles import PROFILE_NAMES, hidden_version, resolve_custom_buckets
 from server.engine.config import EngineConfig
 from server.model.specs import BUILTIN_MODELS
@@ -38,10 +39,15 @@ class ServerConfig:
     metrics_compat: str = "vllm"
     custom_histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)  # parse_specs' result
     show_hidden_metrics_for_version: str | None = None
+    cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT  # series per instrument for values from outside
     otlp_traces_endpoint: str | None = None
     otlp_metrics_endpoint: str | None = None
     access_log: bool = False
     max_request_bytes: int = 4 * 1024 * 1024  # larger bodies get 413 before they are read
+    # vLLM's frontend admission limits (None: no limit); a request past one is refused (server.api.admission)
+    max_num_queued_reqs: int | None = None  # unfinished sequences, waiting or running
+    max_num_queued_tokens: int | None = None  # prompt tokens of requests not yet past prefill
+    admission_status: int = 429  # of a refused request: 429, or 503 as vLLM
     shutdown_timeout_s: float = 15.0  # SIGTERM to exit, at most (Kubernetes' default grace is 30 s)
 
     def __post_init__(self) -> None:
@@ -60,11 +66,18 @@ class ServerConfig:
             raise ValueError(f"--shutdown-timeout {self.shutdown_timeout_s}: must be > 0")
         if self.max_request_bytes < 1:
             raise ValueError(f"--max-request-bytes {self.max_request_bytes}: must be >= 1")
+        for flag, limit in (("reqs", self.max_num_queued_reqs), ("tokens", self.max_num_queued_tokens)):
+            if limit is not None and (type(limit) is not int or limit < 1):
+                raise ValueError(f"--max-num-queued-{flag} {limit!r}: must be an integer >= 1 (or unset: no limit)")
+        if self.admission_status not in (429, 503):
+            raise ValueError(f"--admission-status {self.admission_status!r}: must be 429 or 503")
         if not self.log_stats_interval_s > 0:
             raise ValueError(f"--log-stats-interval {self.log_stats_interval_s}: must be > 0")
         if self.metrics_compat not in METRICS_COMPAT:
             raise ValueError(f"--metrics-compat {self.metrics_compat!r}: must be one of {METRICS_COMPAT}")
         hidden_version(self.show_hidden_metrics_for_version)
+        if type(self.cardinality_limit) is not int or self.cardinality_limit < 1:
+            raise ValueError(f"--cardinality-limit {self.cardinality_limit!r}: must be an integer >= 1")
         resolve_custom_buckets(self.custom_histogram_buckets)
         for flag, url in (("traces", self.otlp_traces_endpoint), ("metrics", self.otlp_metrics_endpoint)):
             if url is not None and not url.startswith(("http://", "https://")):

@@ -71,7 +71,10 @@ class EngineClient:
         self._tel = None
         self._texts: dict[int, list[str]] | None = None  # per request, per sequence: only with content capture
         self._streams: dict[int, asyncio.Queue] = {}
-        self._fresh: set[int] = set()  # requests that have had no output yet
+        # Requests that have had no output yet (not past prefill): rid -> their prompt tokens x n,
+        # the prefill backlog vLLM's --max-num-queued-tokens counts.
+        self._fresh: dict[int, int] = {}
+        self._unfinished: dict[int, int] = {}  # rid -> its sequences the engine has not finished
         # Requests aborted by their reader whose end the engine has not reported yet: rid -> their
         # sequences still running in it. If the engine dies first, they are finished here (abort).
         self._aborting: dict[int, int] = {}
@@ -198,6 +201,19 @@ class EngineClient:
     def num_in_flight(self) -> int:
         return len(self._streams)
 
+    @property
+    def num_queued_seqs(self) -> int:
+        """Unfinished sequences (waiting or running; a request with n counts n), as vLLM's
+        `--max-num-queued-reqs` counts them: a sequence stops counting when the engine reports it
+        finished or its request is aborted or released."""
+        return sum(self._unfinished.values())
+
+    @property
+    def num_queued_prompt_tokens(self) -> int:
+        """Prompt tokens (x n) of the requests with no output yet, as vLLM's `--max-num-queued-tokens`
+        counts them: the whole prompt until the first token, however much of it is computed."""
+        return sum(self._fresh.values())
+
     def add(self, request: ipc.AddRequest) -> asyncio.Queue:
         """Send ADD; the returned queue yields `ipc.SeqOutput`s, then maybe a
         `Rejected` or an `EngineDead`. Raises EngineDead if the engine is gone."""
@@ -206,7 +222,8 @@ class EngineClient:
         command = ipc.encode_command(request)  # before anything is registered: a failure leaves no trace
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.rid] = queue
-        self._fresh.add(request.rid)
+        self._fresh[request.rid] = len(request.prompt_token_ids) * request.n
+        self._unfinished[request.rid] = request.n
         try:
             self._conn.send_bytes(command)
         except OSError as exc:
@@ -243,7 +260,8 @@ class EngineClient:
     def _drop(self, rid: int) -> asyncio.Queue | None:
         """Forget a request on this side: its queue (returned, None if already gone), its
         first-output mark and its captured text."""
-        self._fresh.discard(rid)
+        self._fresh.pop(rid, None)
+        self._unfinished.pop(rid, None)
         if self._texts is not None:
             self._texts.pop(rid, None)
         return self._streams.pop(rid, None)
@@ -289,8 +307,14 @@ class EngineClient:
                         if running > 0:
                             self._aborting[out.rid] = running
                     continue
+                if out.finished:
+                    running = _still_running(out, self._unfinished.get(out.rid, 0))
+                    if running > 0:
+                        self._unfinished[out.rid] = running
+                    else:
+                        self._unfinished.pop(out.rid, None)
                 if out.finished or out.rid in fresh:
-                    fresh.discard(out.rid)
+                    fresh.pop(out.rid, None)
                     queue.put_nowait(out)  # wakes the stream now: it drains whatever else is queued
                 else:
                     later.append((queue, out))
@@ -331,6 +355,7 @@ class EngineClient:
         Returns how many there were."""
         streams, self._streams = self._streams, {}
         self._fresh.clear()
+        self._unfinished.clear()
         for rid, queue in streams.items():
             self._loop.call_soon(self._fail, rid, reason)  # after any telemetry already queued
             queue.put_nowait(item)

@@ -117,6 +117,7 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
                 metrics_compat=config.metrics_compat, tracing=tracer_provider is not None,
                 custom_histogram_buckets=config.custom_histogram_buckets,
                 show_hidden_metrics_for_version=config.show_hidden_metrics_for_version,
+                cardinality_limit=config.cardinality_limit,
                 tracer_provider=tracer_provider,
                 kv_device=_kv_device(config.engine.device),
             ))

@@ -17,27 +17,32 @@ _TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
     422: "UnprocessableEntityError",
+    429: "RateLimitError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
 
 
 class OpenAIError(Exception):
-    """A request failure with its HTTP status; `param` names the offending field."""
+    """A request failure with its HTTP status; `param` names the offending field; `error_type`
+    overrides the status's type (where vLLM writes another)."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 error_type: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.error_type = error_type
 
     def body(self) -> dict:
-        return error_body(self.status, self.message, self.param, self.code)
+        return error_body(self.status, self.message, self.param, self.code, self.error_type)
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": _TYPES.get(status, "APIError"), "param": param,
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None,
+               error_type: str | None = None) -> dict:
+    return {"error": {"message": message, "type": error_type or _TYPES.get(status, "APIError"), "param": param,
                       "code": code if code is not None else status}}
 
 

@@ -1,9 +1,10 @@
 """`OpenAIServing`: `/v1/completions` and `/v1/chat/completions`.
 
 Per request, on the event-loop thread: validate (400/404 naming the field),
-tokenize in this process, `Telemetry.arrival` (its handle is the engine rid),
-send ADD, then consume the request's queue (`EngineClient.add`) either into one
-JSON body or into an SSE stream (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`).
+tokenize in this process, check the admission limits (503, `admission.py`),
+`Telemetry.arrival` (its handle is the engine rid), send ADD, then consume the
+request's queue (`EngineClient.add`) either into one JSON body or into an SSE
+stream (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`).
 Whatever has piled up in the queue is coalesced into one chunk per choice, so a
 slow reader costs fewer writes, not more. If the client goes away before the
 request finished (stream closed, or the connection dropped while waiting for a
@@ -27,6 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from otel_llm import FinishReason, RequestInfo
 from server import ipc, protocol
+from server.api.admission import Admission
 from server.api.errors import OpenAIError, bad_request
 from server.engine_client import TERMINAL_REASONS, EngineClient, EngineDead, Rejected, ShuttingDown
 
@@ -72,6 +74,8 @@ class OpenAIServing:
         self.model_name = model_name
         self.max_model_len = client.max_model_len
         self.max_num_seqs = client.config.engine.max_num_seqs  # n above it could never run
+        self.admission = Admission(client, telemetry, client.config.max_num_queued_reqs,
+                                   client.config.max_num_queued_tokens, client.config.admission_status)
         # Engine rids when Telemetry gives no handle (disabled, or its table is full):
         # negative, so they never collide with a handle.
         self._fallback_rids = itertools.count(-2, -1)
@@ -103,12 +107,14 @@ class OpenAIServing:
 
     # -- validation --------------------------------------------------------
     def _check(self, req) -> None:
-        """The model is ours and no field asks for what this server does not do."""
+        """The model is ours, no field asks for what this server does not do, and the admission limits
+        let it in for now (vLLM's preflight, before tokenizing)."""
         if req.model != self.model_name:
             raise OpenAIError(404, f"The model `{req.model}` does not exist.", "model", "model_not_found")
         unsupported = protocol.unsupported_field(req)
         if unsupported is not None:
             raise bad_request(f"{unsupported} is not supported by this server", unsupported)
+        self.admission.check(max(req.n, 1), None)  # checked again in _serve, after the awaits
 
     async def _encode(self, text: str) -> list[int]:
         """Token ids; a long text is tokenized on the tokenizer thread (the tokenizer releases
@@ -182,6 +188,7 @@ class OpenAIServing:
         """`content()`: the input messages ({role, content} dicts), built only when content capture is on."""
         if self.client.dead_reason is not None:
             raise OpenAIError(503, f"the engine is not running: {self.client.dead_reason}", code="engine_dead")
+        self.admission.check(p.n, p.request_id)  # no await from here to `client.add`: the counts stay true
         input_messages = _semconv_messages(content()) if self.tel.capture_content else None
         rid = self.tel.arrival(RequestInfo(
             request_id=p.request_id, operation=p.operation, prompt_tokens=len(p.prompt_ids),

@@ -29,7 +29,8 @@ class Clock:
 
 
 def serve_some(h: Harness, n: int = 6) -> None:
-    """n requests through a Telemetry: alternating operations, one aborted."""
+    """n requests through a Telemetry: alternating operations, one aborted; one more refused at admission."""
+    h.tel.reject("max_num_queued_reqs")
     t = 1_000_000_000
     for i in range(n):
         rid = h.tel.arrival(RequestInfo(f"r{i}", prompt_tokens=10 + i, operation="chat" if i % 2 else "text_completion",

@@ -209,6 +209,8 @@ def test_every_family_exposes_exactly_the_servers_series(profile_name):
             assert got == {None}, inst.name
             continue
         base = ((profile.model_label, "m"), (profile.engine_label, "0"))
+        if fam.base is not None:  # the family's own base labels (vllm:admission_rejections: no engine)
+            base = tuple((label, {"model": "m", "engine": "0"}[f]) for label, f in fam.base)
         if inst.name == CACHE_CONFIG_INFO:
             base = tuple(CACHE_CONFIG.items()) + ((profile.engine_label, "0"),)
         want = {(target_name(fam), frozenset(base + pairs)) for pairs, _ in _groups(inst, fam)}
@@ -228,6 +230,9 @@ def test_renames_are_the_profiles(profile_name):
         want = {ENGINE_ATTRIBUTE: profile.engine_label, **{d: label for d, (label, _) in fam.labels.items()}}
         if fam.canonical != CACHE_CONFIG_INFO:
             want[MODEL_ATTRIBUTE] = profile.model_label
+        if fam.base is not None:
+            want.pop(ENGINE_ATTRIBUTE)
+            want.update({{"model": MODEL_ATTRIBUTE, "engine": ENGINE_ATTRIBUTE}[f]: label for label, f in fam.base})
         assert renames == want
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import struct
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from collector.phase_spans import PhaseSpans
 from collector.timeline_plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
 from collector.trace_store import TraceStore, TraceStoreConfig
 from server.cli import main
+from server.engine_process import engine_pids
 from tests.collector.test_phase_spans import vllm_request, vllm_spans
 from tests.server.api.api_server_harness import REPO, ServerProcess, sample, wait_until
 
@@ -118,18 +121,29 @@ def test_a_real_servers_requests_from_the_trace_store(tmp_path):
         api = collector.jaeger.url
         # 20 blocks of 4 tokens, 11 blocks a request: concurrent requests preempt each other
         server = ServerProcess("--otlp-traces-endpoint", f"{collector.http.endpoint}/v1/traces", "--num-kv-blocks", "20",
-                               "--block-size", "4", "--max-model-len", "48",
+                               "--block-size", "4", "--max-model-len", "80",
                                env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
         try:
+            # Alone on the engine: its first token, then the engine is held and the client goes away; the
+            # server aborts it before the engine makes another step. (With other requests running, the
+            # engine can run far enough ahead of this process reading its stream to finish it first.)
+            [engine] = engine_pids(server.proc.pid)
+            with httpx.stream("POST", f"{server.url}/v1/completions", timeout=30, json={
+                    "model": "dummy", "prompt": "long", "max_tokens": 70, "ignore_eos": True, "stream": True}) as r:
+                next(r.iter_lines())
+                os.kill(engine, signal.SIGSTOP)
+            try:
+                assert wait_until(lambda: server.health().json()["in_flight"] == 0)  # the abort is on its way
+            finally:
+                os.kill(engine, signal.SIGCONT)
+            assert wait_until(lambda: sample(server.metrics(), "vllm:request_success_total", finished_reason="abort"))
+
             def complete(i: int) -> None:
                 httpx.post(f"{server.url}/v1/completions", timeout=60, json={
                     "model": "dummy", "prompt": f"p{i}", "max_tokens": 40, "ignore_eos": True}).raise_for_status()
             threads = [threading.Thread(target=complete, args=(i,)) for i in range(6)]
             for t in threads:
                 t.start()
-            with httpx.stream("POST", f"{server.url}/v1/completions", timeout=30, json={
-                    "model": "dummy", "prompt": "long", "max_tokens": 40, "ignore_eos": True, "stream": True}) as r:
-                next(r.iter_lines())  # the first token, then the client goes away: the server aborts it
             for t in threads:
                 t.join()
             preemptions = sample(server.metrics(), "vllm:num_preemptions_total")

@@ -98,3 +98,12 @@ def test_python_dash_m_server_help():
     r = subprocess.run([sys.executable, "-m", "server", "--help"], cwd=REPO, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "serve" in r.stdout and "demo" in r.stdout
+
+
+def test_cardinality_limit_flag():
+    assert config_from_args(build_parser().parse_args(["serve"])).cardinality_limit == 2000
+    assert config_from_args(build_parser().parse_args(["serve", "--cardinality-limit", "50"])).cardinality_limit == 50
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--cardinality-limit", "0"])
+    with pytest.raises(ValueError, match="--cardinality-limit 0"):
+        ServerConfig(cardinality_limit=0)
