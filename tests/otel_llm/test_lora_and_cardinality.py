@@ -386,16 +386,21 @@ def test_every_profile_bounds_model_names_with_one_overflow_series_per_family(pr
         assert promtool_check_metrics(text) == []
 
 
-def test_an_otlp_reader_bounds_model_names_too():
-    tels = [_model(f"m{i}", finished=i + 1, running=i, limit=2000) for i in range(5)]
-    reader = InMemoryMetricReader()
-    attach_reader(reader, tels)
-    data = reader.get_metrics_data()
+def _points(data) -> dict[str, list]:
+    """A collection's data points by metric name."""
     points = defaultdict(list)
     for rm in data.resource_metrics:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 points[m.name].extend(m.data.data_points)
+    return points
+
+
+def test_an_otlp_reader_bounds_model_names_too():
+    tels = [_model(f"m{i}", finished=i + 1, running=i, limit=2000) for i in range(5)]
+    reader = InMemoryMetricReader()
+    attach_reader(reader, tels)
+    points = _points(reader.get_metrics_data())
     assert {p.attributes.get("gen_ai.request.model") for p in points["otel_llm.request.finished"]} == \
         {f"m{i}" for i in range(5)}  # default limit: all of them
     reader = InMemoryMetricReader()
@@ -403,11 +408,7 @@ def test_an_otlp_reader_bounds_model_names_too():
     attach_reader(reader, tels)
     for _ in range(2):
         data = reader.get_metrics_data()
-    points = defaultdict(list)
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                points[m.name].extend(m.data.data_points)
+    points = _points(data)
     finished = points["otel_llm.request.finished"]
     assert {p.attributes.get("gen_ai.request.model") for p in finished} == {"m0", "m1", None}
     over = [p for p in finished if "otel.metric.overflow" in p.attributes]
