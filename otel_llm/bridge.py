@@ -37,12 +37,11 @@ from .cardinality import (
 )
 from .instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Instrument,
-    Kind,
+    Kind, SPEC_DECODE,
 )
 from .lora import ADAPTER_ATTRIBUTE, LORA_INFO, LORA_REQUESTS, LoraSnapshot
 
 _SCOPE = InstrumentationScope("otel_llm", "0.1.0")
-SPEC_DECODE = "otel_llm.spec_decode."
 _CUMULATIVE = AggregationTemporality.CUMULATIVE
 _DELTA = AggregationTemporality.DELTA
 TEMPORALITIES = ("cumulative", "delta", "lowmemory")  # OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE

@@ -63,9 +63,7 @@ def escape_label_value(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def format_value(v: float) -> str:
-    """As prometheus_client writes numbers (Go's formatting: `1e+06`, `+Inf`)."""
-    return go_float(v)
+format_value = go_float  # as prometheus_client writes numbers (Go's formatting: `1e+06`, `+Inf`)
 
 
 def label_text(pairs) -> str:

@@ -46,6 +46,9 @@ DIMENSIONS = {
 }
 
 
+SPEC_DECODE = "otel_llm.spec_decode."  # the speculative-decoding instruments' prefix: shown only where it is in use
+
+
 def request_series(operation: int, stream: bool) -> int:
     """A request's series index over the per-request dimensions (operation, stream)."""
     return operation * len(STREAM) + int(bool(stream))

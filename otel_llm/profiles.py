@@ -189,7 +189,7 @@ def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]], 
     for inst in table.values():
         if inst.name in ("otel_llm.cache_config.info", "otel_llm.lora.info"):
             continue  # vLLM-isms; the OTel way: resource attributes, per-adapter counts (otel_llm.lora.requests)
-        if inst.name.startswith("otel_llm.spec_decode.") and not spec_decode:
+        if inst.name.startswith(I.SPEC_DECODE) and not spec_decode:
             continue  # no speculative decoding configured (as the `vllm` profile, and OTLP while they are 0)
         labels: LabelMap = {d: (d.replace(".", "_"), _same) for d in inst.dims}
         if inst.name == "gen_ai.server.request.duration":
