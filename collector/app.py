@@ -113,7 +113,7 @@ class Collector:
             self._sink("grpc"), OtlpGrpcReceiverConfig(config.host, config.otlp_grpc_port, config.max_body_bytes,
                                                        signals=signals))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
-            self.render, config.host, config.prometheus_port)
+            self.render, config.host, config.prometheus_port, self.store.router.profile.openmetrics)
         self.scrapers = ScrapeReceiver(config.scrape_targets, self.store,
                                        lambda payload: self.ingest_metrics(payload, "http", "prometheus"))
         self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]

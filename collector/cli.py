@@ -16,6 +16,7 @@ import sys
 import threading
 
 from collector.arg_types import port, positive_int
+from otel_llm.profiles import PROFILE_NAMES
 
 logger = logging.getLogger("otel_llm.collector")
 
@@ -81,8 +82,9 @@ def add_parser(sub) -> None:
     p.add_argument("--otlp-http-port", type=port, default=4318)
     p.add_argument("--otlp-grpc-port", type=port, default=4317)
     p.add_argument("--prometheus-port", type=port, default=9464, help="serves /metrics")
-    p.add_argument("--metrics-compat", choices=("vllm", "otel"), default="vllm",
-                   help="names on /metrics: vLLM's (default) or OTel semconv, as on a server's own /metrics")
+    p.add_argument("--metrics-compat", choices=PROFILE_NAMES, default="vllm",
+                   help="names on /metrics, as on a server's own /metrics?compat=NAME: vLLM's (default), OTel "
+                        "semconv, SGLang's, TGI's or Triton's")
     p.add_argument("--metric-expiry", type=duration_s, default=300.0,
                    help="drop a series not updated for this long (default 5m)")
     p.add_argument("--cardinality-limit", type=positive_int, default=2000,

@@ -1,14 +1,24 @@
 """The shim inside the collector: where each OTLP metric goes on the Prometheus side.
 
-A `Router` is built from one profile of `otel_llm.profiles` (imported, never
-copied), so the collector exposes exactly what a server's own `/metrics` does:
+A `Router` is built from one profile of `otel_llm.profiles` (any of
+`PROFILE_NAMES`; imported, never copied), so the collector exposes exactly what a
+server's own `/metrics?compat=NAME` does:
 
 - a canonical otel_llm instrument (same name and kind as in
-  `otel_llm.instruments`) becomes the profile's family: its name, the model and
-  engine attributes under the profile's labels, the per-request dimensions the
-  profile keeps (through its value maps), the profile's buckets; attributes the
-  profile does not expose are summed away. A canonical instrument the profile
-  leaves out is dropped, as on the server.
+  `otel_llm.instruments`) becomes each family the profile makes of it (one
+  route per family: SGLang and Triton expose some instruments several times):
+  its name, the base labels (model and engine, or the family's own, plus its
+  fixed `const` labels), the per-request dimensions the profile keeps (through
+  its value maps), the profile's buckets; attributes the profile does not expose
+  are summed away. A series whose dimension values a family's `only` leaves out
+  is kept but never shown; a `part` family shows a histogram's sum or count as a
+  counter, `scale` converts units at exposition, a `cache_key` gauge is valued
+  from the cache-config point's entries. A canonical instrument the profile
+  leaves out is dropped, as on the server. Speculative-decoding families come
+  out under the profile's names when their points arrive (a server exports them
+  only where speculative decoding is in use), for whatever draft positions
+  arrive. `otel_llm.lora.requests` keeps its adapter attribute as a label, as
+  the server's renderer does; the store's cardinality limit bounds it.
 - a metric the scrape receiver read under its own Prometheus name (scope
   `otel_llm.collector.scrape`) keeps that name and its labels, verbatim;
 - any other metric keeps its own name, translated by the OTel specification's
@@ -27,25 +37,32 @@ text is computed once per new input series.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector import otlp_metrics_wire as wire
+from otel_llm.cardinality import OVERFLOW_ATTRIBUTE
+from otel_llm.config import TelemetryConfig
+from otel_llm.exposition import _groups
 from otel_llm.instruments import (
-    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, Instrument, Kind,
+    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, SPEC_DECODE, Instrument, Kind,
     instrument_table,
 )
+from otel_llm.lora import ADAPTER_ATTRIBUTE, LORA_REQUESTS
 from otel_llm.profiles import Family as ProfileFamily
 from otel_llm.profiles import Profile, get_profile
 from otel_llm.prometheus_naming import label_name, metric_name
+from otel_llm.step import MAX_SPEC_POSITIONS
 
 OVERFLOW = ("otel_metric_overflow", "true")
 SCRAPE_SCOPE = "otel_llm.collector.scrape"  # metrics a scrape target exposed under their own names
 Pairs = tuple[tuple[str, str], ...]  # label (name, raw value) pairs of one series
 _KINDS = {"gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
+_VERSION = TelemetryConfig.model_version  # OTLP carries no model version: the servers' default ("1")
+_ADAPTER_LABEL = label_name(ADAPTER_ATTRIBUTE)  # as the server's renderer names it
 
 
 def attribute_text(value: AnyValue) -> str:
@@ -106,73 +123,136 @@ def _merged(items) -> tuple[tuple[str, str], ...]:
     return tuple((label, ";".join(v for _, v in kvs)) for label, kvs in sorted(by_label.items()))
 
 
+def collector_profile(name: str) -> Profile:
+    """The profile's table as a collector applies it: with the speculative-decoding families for every
+    draft position a server may have and the KV residency histograms (a server sends them only where
+    it uses speculative decoding or `--kv-cache-metrics`)."""
+    return get_profile(name, num_speculative_tokens=MAX_SPEC_POSITIONS, kv_cache_metrics=True)
+
+
+class Placement(NamedTuple):
+    """Where one input series goes: its exposed labels, and the empty series to pre-create with it."""
+
+    pairs: Pairs  # its labels (`shown` False: the base and sender labels of a series never shown)
+    siblings: tuple[Pairs, ...] = ()  # empty series to pre-create (the profile's, emit_empty)
+    factor: float = 1.0  # exposed value per point value (a `cache_key` gauge: the cache entries' product)
+    shown: bool = True  # False: the profile leaves it out (`only`, a cache entry that is not a number)
+
+
+def cache_value(attrs: dict[str, str], keys: tuple[str, ...]) -> float | None:
+    """The product of the cache-config entries `keys` (attributes of the info point); None when one is
+    missing or not a number (the server then leaves the series out)."""
+    value = 1.0
+    for k in keys:
+        try:
+            value *= float(attrs[CACHE_CONFIG_PREFIX + k])
+        except (KeyError, ValueError):
+            return None
+    return value
+
+
 @dataclass(frozen=True)
 class Route:
     """Where one OTLP metric's points go: family, kind, and how attributes become labels."""
 
     family: str
     kind: Kind
-    help: str
-    buckets: tuple[float, ...] | None  # exposed bucket bounds (a subset of the input's); None = the input's
+    help: str  # "": no HELP line
+    buckets: tuple[float, ...] | None  # bounds to re-bucket to, in the input's unit; None = the input's
     profile: Profile | None = None
     profile_family: ProfileFamily | None = None
     instrument: Instrument | None = None
     scope_pairs: tuple[tuple[str, str], ...] = field(default=())
+    empty: tuple[Pairs, ...] = ()  # the profile's pre-created series of the family: labels after the base
 
-    def labels(self, key_values, resource: ResourceInfo) -> tuple[Pairs, tuple[Pairs, ...]]:
-        """(labels of the series, labels of empty siblings to pre-create)."""
+    @property
+    def counter_suffix(self) -> str:
+        return "_total" if self.profile is None else self.profile.counter_suffix
+
+    @property
+    def scale(self) -> float:
+        return 1.0 if self.profile_family is None else self.profile_family.scale
+
+    @property
+    def part(self) -> str | None:
+        return None if self.profile_family is None else self.profile_family.part
+
+    @property
+    def shown_buckets(self) -> tuple[float, ...] | None:
+        """`buckets` as the family writes its `le` (its unit)."""
+        return None if self.profile_family is None else self.profile_family.buckets
+
+    def labels(self, key_values, resource: ResourceInfo) -> Placement:
         attrs = {kv.key: attribute_text(kv.value) for kv in key_values}
         if self.profile is None:
             pairs = _exported(_merged(attrs.items()), self.scope_pairs + resource.pairs)
-            return pairs + self.scope_pairs + resource.pairs, ()
+            return Placement(pairs + self.scope_pairs + resource.pairs)
+        if attrs.get(OVERFLOW_ATTRIBUTE) == "true":
+            # Beyond the sender's own limit, as its renderer shows it; the point sums every dimension
+            # value, so a family's `only` cannot apply to it.
+            return Placement(self.overflow_labels(resource))
         profile, fam, inst = self.profile, self.profile_family, self.instrument
-        if inst.name == CACHE_CONFIG_INFO:
+        if inst.name == CACHE_CONFIG_INFO and not fam.cache_key:
             engine = ((profile.engine_label, attrs.get(ENGINE_ATTRIBUTE, "")),)
             base = _exported(tuple((k[len(CACHE_CONFIG_PREFIX):], v) for k, v in sorted(attrs.items())
                                    if k.startswith(CACHE_CONFIG_PREFIX)), engine + resource.pairs)
-            return base + engine + resource.pairs, ()
-        model, engine = attrs.get(MODEL_ATTRIBUTE, ""), attrs.get(ENGINE_ATTRIBUTE, "")
-        base = ((profile.model_label, model), (profile.engine_label, engine))
-        if fam.base is not None:  # the family's own (vLLM's frontend counters: no engine; engines summed)
-            base = tuple((label, {"model": model, "engine": engine}[f]) for label, f in fam.base)
-        kept = [(d,) + fam.labels[d] for d in inst.dims if d in fam.labels]
-        own = [(label, vmap(attrs[d])) for d, label, vmap in kept if d in attrs]
-        pairs = base + tuple((k, v) for k, v in own if v is not None) + resource.pairs
-        if not (profile.emit_empty and kept):
-            return pairs, ()
-        siblings = []
-        for values in itertools.product(*(DIMENSIONS[d] for d, _, _ in kept)):
-            mapped = tuple((label, vmap(v)) for (_, label, vmap), v in zip(kept, values))
-            siblings.append(base + tuple((k, v) for k, v in mapped if v is not None) + resource.pairs)
-        return pairs, tuple(dict.fromkeys(s for s in siblings if s != pairs))
+            return Placement(base + engine + resource.pairs)
+        source = {"model": attrs.get(MODEL_ATTRIBUTE, ""), "engine": attrs.get(ENGINE_ATTRIBUTE, ""),
+                  "version": _VERSION}
+        base = tuple((label, source[f]) for label, f in (profile.base_labels if fam.base is None else fam.base))
+        base += fam.const
+        siblings = tuple(base + pairs + resource.pairs for pairs in self.empty)
+        factor = cache_value(attrs, fam.cache_key) if fam.cache_key else 1.0
+        if factor is None or any(attrs.get(d) not in values for d, values in fam.only.items()):
+            return Placement(base + resource.pairs, siblings, shown=False)
+        own = []
+        for d in inst.dims:
+            if d in fam.labels and d in attrs:
+                label, vmap = fam.labels[d]
+                value = vmap(attrs[d])
+                if value is not None:
+                    own.append((label, value))
+        if inst.name == LORA_REQUESTS:
+            own.append((_ADAPTER_LABEL, attrs.get(ADAPTER_ATTRIBUTE, "")))
+        pairs = base + tuple(own) + resource.pairs
+        return Placement(pairs, tuple(s for s in siblings if s != pairs), factor)
 
     def overflow_labels(self, resource: ResourceInfo) -> Pairs:
-        return (OVERFLOW,) + self.scope_pairs + resource.pairs
+        const = () if self.profile_family is None else self.profile_family.const
+        return (OVERFLOW,) + const + self.scope_pairs + resource.pairs
 
 
 class Router:
-    """Routes for one profile (`vllm` or `otel`)."""
+    """Routes for one profile (any of `otel_llm.profiles.PROFILE_NAMES`; ValueError naming another)."""
 
     def __init__(self, profile_name: str):
-        self.profile = get_profile(profile_name)
+        self.profile = collector_profile(profile_name)
         self._instruments = instrument_table(8192)  # names and kinds do not depend on max_model_len
-        self._families = {f.canonical: f for f in self.profile.families}
+        self._families: dict[str, list[ProfileFamily]] = {}
+        for fam in self.profile.families:
+            self._families.setdefault(fam.canonical, []).append(fam)
 
     resource = staticmethod(resource_info)
 
-    def route(self, scope: bytes, metric, kind: str, monotonic: bool) -> Route | None:
-        """The route of a metric (view of `otlp_metrics_wire.Metric`); None: dropped by the profile."""
+    def route(self, scope: bytes, metric, kind: str, monotonic: bool) -> tuple[Route, ...]:
+        """The routes of a metric (view of `otlp_metrics_wire.Metric`), one per family it feeds; none:
+        dropped by the profile."""
         prom_kind = Kind.COUNTER if monotonic else _KINDS.get(kind, Kind.GAUGE)
         inst = self._instruments.get(metric.name)
         if inst is not None and inst.kind is prom_kind:
-            fam = self._families.get(inst.name)
-            if fam is None:
-                return None
-            return Route(fam.name, inst.kind, inst.description, fam.buckets if fam.buckets is not None else None,
-                         self.profile, fam, inst)
+            return tuple(self._profile_route(inst, fam) for fam in self._families.get(inst.name, ()))
         s = wire.decode_scope(scope)
         if s.name == SCRAPE_SCOPE:  # scraped under its own Prometheus name: kept verbatim
-            return Route(metric.name, prom_kind, metric.description, None)
+            return (Route(metric.name, prom_kind, metric.description, None),)
         scope_pairs = tuple((k, v) for k, v in (("otel_scope_name", s.name), ("otel_scope_version", s.version)) if v)
-        return Route(metric_name(metric.name, metric.unit, prom_kind), prom_kind, metric.description, None,
-                     scope_pairs=scope_pairs)
+        return (Route(metric_name(metric.name, metric.unit, prom_kind), prom_kind, metric.description, None,
+                      scope_pairs=scope_pairs),)
+
+    def _profile_route(self, inst: Instrument, fam: ProfileFamily) -> Route:
+        # The series a server pre-creates (emit_empty), except where it depends on what the collector
+        # cannot know: its draft positions, its adapters, its cache config.
+        precreated = (self.profile.emit_empty and not inst.name.startswith(SPEC_DECODE)
+                      and inst.name not in (LORA_REQUESTS, CACHE_CONFIG_INFO))
+        return Route(fam.name, fam.kind(inst), inst.description if fam.help is None else fam.help,
+                     None if fam.part else fam.canonical_buckets, self.profile, fam, inst,
+                     empty=tuple(pairs for pairs, _ in _groups(inst, fam)) if precreated else ())

@@ -2,10 +2,14 @@
 
 Every OTLP data point belongs to an *input series* (resource, scope, metric,
 attributes) holding its latest cumulative state. The shim (`metric_routes.py`)
-assigns each input series to an *exposed series* (`Group`): a Prometheus family
-name and label set. Input series whose labels coincide after the shim (vLLM's
+assigns each input series to an *exposed series* (`Group`) per route: a Prometheus
+family name and label set. Input series whose labels coincide after the shim (vLLM's
 families drop the operation dimension, say) are summed at exposition, as the
-server's own `/metrics` sums them.
+server's own `/metrics` sums them. A metric with several routes (a profile that
+exposes one instrument as several families) keeps one input series per route.
+Series a profile leaves out (`only`) are held in a per-sender group that is never
+shown, so their points are still accepted and their sender's pre-created series
+stay while they do.
 
 Temporality: cumulative points replace the state (a new start time means the
 sender restarted: the value starts again from the new point, which Prometheus
@@ -13,7 +17,7 @@ sees as a counter reset); delta points are added (one whose start is before the
 previous point's time overlaps it and is refused); gauges keep the newest value.
 Points older than the state are ignored.
 
-Limits (never unbounded memory): per resource and metric, at most
+Limits (never unbounded memory): per resource and metric (and route), at most
 `cardinality_limit` input series get labels of their own; more go into one
 overflow series labelled ``otel_metric_overflow="true"`` (as the OTel
 specification's cardinality limits define), which sums up to another
@@ -36,10 +40,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from collector import otlp_metrics_wire as wire
-from collector.metric_routes import Pairs, ResourceInfo, Route, Router
+from collector.metric_routes import Pairs, Placement, ResourceInfo, Route, Router
 from otel_llm.exposition import label_text
 from collector.otlp_codec import PayloadError
-from otel_llm.instruments import Kind
 
 _MAX_REASONS = 5
 _NO_RECORDED_VALUE = wire.FLAG_NO_RECORDED_VALUE
@@ -73,10 +76,11 @@ class Series:
     point's exemplars (a view of the request they came in; read at exposition)."""
 
     __slots__ = ("key", "group", "route", "start_ns", "time_ns", "seen_s", "value", "counts", "count", "sum",
-                 "exemplars", "bounds_raw")
+                 "exemplars", "bounds_raw", "factor")
 
-    def __init__(self, key: tuple, group: Group, route: Route):
+    def __init__(self, key: tuple, group: Group, route: Route, factor: float = 1.0):
         self.key, self.group, self.route = key, group, route
+        self.factor = factor  # exposed value per point value (`Placement.factor`)
         self.start_ns = self.time_ns = 0
         self.seen_s = 0.0
         self.value = 0.0
@@ -90,10 +94,12 @@ class Series:
 class Group:
     """One exposed Prometheus series: a family, a label set, the input series summed into it."""
 
-    __slots__ = ("family", "labels", "pairs", "sender", "members", "bounds", "bounds_raw", "bounds_list", "cache")
+    __slots__ = ("family", "labels", "pairs", "sender", "members", "bounds", "bounds_raw", "bounds_list", "cache",
+                 "shown")
 
-    def __init__(self, family: Family, pairs: Pairs, sender: Pairs):
-        self.family, self.pairs, self.labels = family, pairs, label_text(pairs)
+    def __init__(self, family: Family, pairs: Pairs, sender: Pairs, shown: bool = True):
+        self.family, self.pairs, self.shown = family, pairs, shown  # shown False: series the profile leaves out
+        self.labels = label_text(pairs) if shown else "\x00" + label_text(pairs)  # the key in family.groups
         self.sender = sender  # the resource's (job, instance) pairs: pre-created siblings leave with their sender
         self.members: list[Series] = []
         self.bounds: np.ndarray | None = None  # input bucket bounds shared by all members
@@ -113,18 +119,23 @@ class MetricSeries:
     __slots__ = ("key", "series", "own", "overflowed")
 
     def __init__(self, key: tuple):
-        self.key = key  # (resource, scope, metric name)
+        self.key = key  # (resource, scope, metric name, route index)
         self.series: dict[tuple[bytes, ...], Series] = {}  # raw attributes -> series
         self.own = self.overflowed = 0
 
 
 class Family:
-    """One exposed Prometheus family."""
+    """One exposed Prometheus family, shaped by the route that first fed it (families of one name in a
+    profile, as Triton's `nv_trt_llm_*`, share kind, unit and part)."""
 
-    __slots__ = ("name", "kind", "help", "buckets", "groups", "keep_empty")
+    __slots__ = ("name", "kind", "help", "buckets", "shown_buckets", "suffix", "scale", "part", "groups",
+                 "keep_empty")
 
-    def __init__(self, name: str, kind: Kind, help_text: str, buckets: tuple[float, ...] | None):
-        self.name, self.kind, self.help, self.buckets = name, kind, help_text, buckets
+    def __init__(self, route: Route):
+        self.name, self.kind, self.help = route.family, route.kind, route.help
+        self.buckets, self.shown_buckets = route.buckets, route.shown_buckets  # input's unit; the family's
+        self.suffix = route.counter_suffix  # a counter's sample name: name + suffix
+        self.scale, self.part = route.scale, route.part  # exposed = value x scale; a histogram's "sum"/"count"
         self.groups: dict[str, Group] = {}
         self.keep_empty = False  # groups pre-created with no members (vLLM's labelled children)
 
@@ -138,8 +149,9 @@ class MetricStore:
         self.resources: dict[bytes, ResourceInfo] = {}
         self._metrics: dict[tuple, MetricSeries] = {}  # (resource, scope, metric name) -> its series
         self._num_series = 0
-        self._routes: dict[tuple, Route | None] = {}  # (scope, name, kind, monotonic) -> route; None: dropped
-        self._known: dict[tuple, tuple[Route, MetricSeries]] = {}  # (resource, scope, name, kind, monotonic)
+        self._routes: dict[tuple, tuple[Route, ...]] = {}  # (scope, name, kind, monotonic) -> routes; none: dropped
+        # (resource, scope, name, kind, monotonic) -> per route, (route, its input series)
+        self._known: dict[tuple, tuple[tuple[Route, MetricSeries], ...]] = {}
         self._clock = clock
 
     # -- ingestion -----------------------------------------------------------------------
@@ -194,23 +206,31 @@ class MetricStore:
             return 0, len(points), f"{name}: {kind} points are not supported (use explicit buckets)"
         known = self._known.get((resource_key, scope, name, kind, monotonic))
         if known is None:
-            route = self._routes.get((scope, name, kind, monotonic), False)
-            if route is False:
+            routes = self._routes.get((scope, name, kind, monotonic))
+            if routes is None:
                 try:
-                    route = self._routes[(scope, name, kind, monotonic)] = self.router.route(scope, metric, kind,
-                                                                                             monotonic)
+                    routes = self._routes[(scope, name, kind, monotonic)] = self.router.route(scope, metric, kind,
+                                                                                              monotonic)
                 except (DecodeError, ValueError) as exc:
                     return 0, len(points), f"{name}: {exc}"
-            if route is None:
+            if not routes:
                 return len(points), 0, ""  # a canonical instrument the profile does not expose
-            series = self._metrics.get((resource_key, scope, name))
-            if series is None:
-                series = self._metrics[(resource_key, scope, name)] = MetricSeries((resource_key, scope, name))
-            known = self._known[(resource_key, scope, name, kind, monotonic)] = (route, series)
-        route, series = known
+            known = self._known[(resource_key, scope, name, kind, monotonic)] = tuple(
+                (route, self._metric_series((resource_key, scope, name, i))) for i, route in enumerate(routes))
         apply = self._histogram_points if kind == "histogram" else self._number_points
-        ok, bad, reason = apply(points, temporality == wire.DELTA, resource, series, route, now)
-        return ok, bad, (f"{name}: {reason}" if reason else "")
+        delta = temporality == wire.DELTA
+        bad, reason = 0, ""
+        for route, series in known:  # a point refused on any route is counted refused once
+            _, refused, why = apply(points, delta, resource, series, route, now)
+            if refused > bad:
+                bad, reason = refused, why
+        return len(points) - bad, bad, (f"{name}: {reason}" if reason else "")
+
+    def _metric_series(self, key: tuple) -> MetricSeries:
+        series = self._metrics.get(key)
+        if series is None:
+            series = self._metrics[key] = MetricSeries(key)
+        return series
 
     # The two loops below are the ingest hot path (one iteration per data point): the series
     # key is the raw attribute bytes, and values are read as few times as possible.
@@ -314,28 +334,28 @@ class MetricStore:
         overflow = metric.own >= limit
         if not overflow:
             try:
-                labels, siblings = route.labels(wire.decode_key_values(attributes), resource)
+                place = route.labels(wire.decode_key_values(attributes), resource)
             except (DecodeError, ValueError) as exc:
                 return None, f"bad attributes: {exc}"
         elif metric.overflowed < limit:
-            labels, siblings = route.overflow_labels(resource), ()
+            place = Placement(route.overflow_labels(resource))
         else:
             return None, f"cardinality limit of {limit} series per metric and sender exceeded, overflow series full"
         family = self.families.get(route.family)
         if family is None:
-            family = self.families[route.family] = Family(route.family, route.kind, route.help, route.buckets)
+            family = self.families[route.family] = Family(route)
         elif family.kind is not route.kind:
             return None, f"{route.family} is already a {family.kind.value}, not a {route.kind.value}"
-        text = label_text(labels)
-        group = family.groups.get(text)
+        candidate = Group(family, place.pairs, resource.pairs, place.shown)
+        group = family.groups.get(candidate.labels)
         if group is None:
-            group = family.groups[text] = Group(family, labels, resource.pairs)
-            for sibling in siblings:
+            group = family.groups[candidate.labels] = candidate
+            for sibling in place.siblings:
                 sibling_text = label_text(sibling)
                 if sibling_text not in family.groups:
                     family.groups[sibling_text] = Group(family, sibling, resource.pairs)
                 family.keep_empty = True
-        series = Series((metric, attributes, overflow), group, route)
+        series = Series((metric, attributes, overflow), group, route, place.factor)
         group.members.append(series)
         metric.series[attributes] = series
         if overflow:
@@ -377,7 +397,7 @@ class MetricStore:
             self._remove(metric, s)
         if not metric.series:
             del self._metrics[metric_key]
-            for known_key in [k for k, (_, m) in self._known.items() if m is metric]:
+            for known_key in [k for k, routes in self._known.items() if any(m is metric for _, m in routes)]:
                 del self._known[known_key]
         return len(stale)
 
@@ -396,8 +416,8 @@ class MetricStore:
         group.members.remove(s)
         if group.members:
             return
-        # An empty group goes, and with it, once its sender has no member left in the family,
-        # the empty siblings pre-created for that sender.
+        # An empty group goes, and with it, once its sender has no member left in the family (in a
+        # group shown or not), the empty siblings pre-created for that sender.
         gone = [group]
         if family.keep_empty:
             gone = [g for g in family.groups.values() if g.sender == group.sender]

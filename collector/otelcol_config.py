@@ -3,7 +3,9 @@
 `otelcol_config(profile)` builds it as plain data from the tables the server's own /metrics and our
 collector use (`otel_llm.instruments`, `otel_llm.profiles`; imported, never copied), so the three
 cannot disagree on a name. `render_otelcol_config(...)` is the same as YAML for
-`otelcol-contrib --config FILE`.
+`otelcol-contrib --config FILE`. Profiles `vllm` and `otel` only (`PROFILES`): the others copy one
+instrument into several families, scale units, show a histogram's sum as a counter, count only some
+finish reasons and name counters without `_total`, none of which a rename expresses.
 
 Metrics pipeline: `otlp` -> `memory_limiter` -> [`filter`: canonical instruments the profile leaves
 out] -> [`transform`: what `metricstransform` cannot express: attribute values a profile's value map
@@ -40,9 +42,11 @@ from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
 )
-from otel_llm.profiles import Family, Profile, get_profile
+from collector.metric_routes import collector_profile
+from otel_llm.profiles import Family, Profile
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
+PROFILES = ("vllm", "otel")  # the profiles whose every family is a rename (see the module docstring)
 _INSTRUMENTS = instrument_table(8192)  # names, kinds and dims do not depend on max_model_len
 
 
@@ -128,9 +132,14 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
     `traces_to` backend URLs (http(s)://host:port[/path] or grpc://host:port), `storage_dir` for their
     queues, `tail_sampling`; `traces_endpoint`: also host:port of an OTLP/gRPC backend, plain text
     unless it starts with https://. No traces pipeline without a backend.
-    Raises ValueError naming a bad profile, URL, memory limit, or trace flags without a backend.
+    Raises ValueError naming a bad profile (or one of `PROFILES`' others), URL, memory limit, or trace flags
+    without a backend.
     """
-    profile = get_profile(profile_name)
+    profile = collector_profile(profile_name)
+    if profile_name not in PROFILES:
+        raise ValueError(f"profile {profile_name!r}: the otelcol-contrib config supports {' and '.join(PROFILES)} "
+                         "only (its families scale units, copy and filter series, which otelcol-contrib's renames "
+                         f"cannot express); `otel-llm collector --metrics-compat {profile_name}` serves them")
     traces = traces_part(traces_to, traces_endpoint, storage_dir, tail_sampling)
     if memory_limit_mib < 1:
         raise ValueError(f"memory_limit_mib={memory_limit_mib}: must be >= 1")
@@ -220,4 +229,4 @@ def render_otelcol_config(profile_name: str = "vllm", **kwargs) -> str:
 
     config = otelcol_config(profile_name, **kwargs)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=4096)
-    return _header(get_profile(profile_name), _traces_header(config)) + body
+    return _header(collector_profile(profile_name), _traces_header(config)) + body

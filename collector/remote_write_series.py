@@ -2,9 +2,11 @@
 shows, pushed instead of pulled).
 
 `RemoteWriteSeries.collect` returns the samples of every exposed series that changed
-since the last call: counters as ``<name>_total``, gauges as ``<name>``, histograms
-as ``_bucket{le}`` (the exposition's bounds, each with the latest exemplar that fell
-in it), ``_sum`` and ``_count``, plus one ``target_info`` per sender. A sample's
+since the last call, named and valued as the scrape endpoint shows them: counters as
+``<name>`` plus the profile's counter suffix (``_total``; none for TGI and Triton),
+gauges as ``<name>``, histograms as ``_bucket{le}`` (the exposition's bounds, each with
+the latest exemplar that fell in it), ``_sum`` and ``_count``, plus one ``target_info``
+per sender. A sample's
 timestamp is the newest data point's time (when the server exported it), so
 latency from export to query is what Prometheus shows. A series unchanged for
 `resend_s` is sent again so it never goes stale in Prometheus (5 minutes) while
@@ -22,10 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from collector.exposition import histogram_prefixes, latest_exemplars
+from collector.exposition import histogram_prefixes, latest_exemplars, number
 from collector.metric_store import Family, Group, MetricStore
 from collector.prw_proto import STALE_NAN, PrwExemplar, PrwSeries
-from otel_llm.exposition import format_value
 from otel_llm.instruments import Kind
 
 
@@ -55,6 +56,8 @@ class RemoteWriteSeries:
         present: set[int] = set()
         for family in store.families.values():
             for group in family.groups.values():
+                if not group.shown:
+                    continue
                 key = id(group)
                 present.add(key)
                 newest = max((s.time_ns for s in group.members), default=0) // 1_000_000
@@ -94,12 +97,9 @@ def _labels(name: str, pairs, extra: tuple = ()) -> tuple[tuple[str, str], ...]:
 
 def _samples(out: list[PrwSeries], family: Family, group: Group, ts_ms: int) -> None:
     members = group.members
-    if family.kind is Kind.COUNTER:
-        out.append(PrwSeries(_labels(family.name + "_total", group.pairs), sum(s.value for s in members), ts_ms))
-        return
-    if family.kind is Kind.GAUGE:
-        value = max(members, key=lambda s: s.time_ns).value if members else 0.0
-        out.append(PrwSeries(_labels(family.name, group.pairs), value, ts_ms))
+    if family.kind is not Kind.HISTOGRAM:
+        suffix = family.suffix if family.kind is Kind.COUNTER else ""
+        out.append(PrwSeries(_labels(family.name + suffix, group.pairs), number(family, group), ts_ms))
         return
     with_data = [s for s in members if s.counts is not None]
     if not with_data:
@@ -107,17 +107,18 @@ def _samples(out: list[PrwSeries], family: Family, group: Group, ts_ms: int) -> 
     counts = np.sum([np.frombuffer(s.counts, "<u8") for s in with_data], axis=0)
     if group.cache is None:
         group.cache = histogram_prefixes(family, group)
-    _, pos, exposed_bounds, _, _ = group.cache
+    _, pos, exposed_bounds, les, _, _ = group.cache
     cum = np.cumsum(counts)
     values = cum[pos].tolist() + [int(cum[-1])]
     exemplars = latest_exemplars(with_data, exposed_bounds)
     bucket = family.name + "_bucket"
-    for bound, value, ex in zip([format_value(b) for b in exposed_bounds] + ["+Inf"], values, exemplars):
+    for bound, value, ex in zip(les, values, exemplars):
         exemplar = None
         if ex is not None:
             trace_id, span_id, ex_value, when = ex
-            exemplar = PrwExemplar((("span_id", span_id.hex()), ("trace_id", trace_id.hex())), ex_value,
+            exemplar = PrwExemplar((("span_id", span_id.hex()), ("trace_id", trace_id.hex())), ex_value * family.scale,
                                    when // 1_000_000)
         out.append(PrwSeries(_labels(bucket, group.pairs, (("le", bound),)), float(value), ts_ms, exemplar))
-    out.append(PrwSeries(_labels(family.name + "_sum", group.pairs), sum(s.sum for s in with_data), ts_ms))
+    out.append(PrwSeries(_labels(family.name + "_sum", group.pairs), sum(s.sum for s in with_data) * family.scale,
+                         ts_ms))
     out.append(PrwSeries(_labels(family.name + "_count", group.pairs), float(values[-1]), ts_ms))

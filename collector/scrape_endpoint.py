@@ -1,5 +1,6 @@
 """The Prometheus scrape endpoint: ``GET /metrics`` (text 0.0.4, or OpenMetrics 1.0 when
-the ``Accept`` header asks for it, as Prometheus does), ``GET /`` a pointer to it.
+the ``Accept`` header asks for it, as Prometheus does, and the endpoint may serve it),
+``GET /`` a pointer to it.
 
 Threads: one accepting thread, one daemon thread per connection; `render` is
 called on those threads and must be thread-safe.
@@ -18,11 +19,13 @@ logger = logging.getLogger(__name__)
 
 
 class ScrapeEndpoint(HttpEndpoint):
-    """Serves ``render(openmetrics: bool) -> bytes`` on ``host:port`` until stopped."""
+    """Serves ``render(openmetrics: bool) -> bytes`` on ``host:port`` until stopped; `openmetrics`
+    False: text 0.0.4 whatever the client asks (a profile of a text-only server)."""
 
-    def __init__(self, render: Callable[[bool], bytes], host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, render: Callable[[bool], bytes], host: str = "127.0.0.1", port: int = 0,
+                 openmetrics: bool = True) -> None:
         self.render = render
-        handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(render)})
+        handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(render), "openmetrics": openmetrics})
         super().__init__(handler, host, port, "prometheus-scrape")
 
     @property
@@ -34,11 +37,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-llm-collector"
     render: Callable[[bool], bytes]
+    openmetrics: bool
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            openmetrics = negotiate(self.headers.get("Accept"))
+            openmetrics = self.openmetrics and negotiate(self.headers.get("Accept"))
             try:
                 body = self.render(openmetrics)
             except Exception:

@@ -37,7 +37,7 @@ from .cardinality import (
 )
 from .instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Instrument,
-    Kind, SPEC_DECODE,
+    KV_BLOCK, Kind, SPEC_DECODE,
 )
 from .lora import ADAPTER_ATTRIBUTE, LORA_INFO, LORA_REQUESTS, LoraSnapshot
 
@@ -91,6 +91,8 @@ def to_metrics(tel) -> list[Metric]:
         if name in (LORA_INFO, LORA_REQUESTS):
             continue  # the info gauge is a vLLM exposition artefact: not exported
         if inst.kind is Kind.HISTOGRAM:
+            if name.startswith(KV_BLOCK) and not tel.config.kv_cache_metrics:
+                continue  # --kv-cache-metrics off: not declared (vLLM's rule)
             h = snap.histograms[name]
             totals = h.counts.sum(axis=1)
             counts, bounds = export_counts(inst, h.counts)

@@ -90,15 +90,16 @@ def _shared(bounds) -> tuple[float, ...]:
     return tuple(sorted(common))
 
 
-def fold(snapshots: list[MetricsSnapshot], tables: list[dict[str, Instrument]]
+def fold(snapshots: list[MetricsSnapshot], tables: list[dict[str, Instrument]], sum_gauges: bool = False
          ) -> tuple[MetricsSnapshot, dict[str, Instrument]]:
     """The sources beyond a limit as one (their overflow series): counters and histograms add up
     per series (a renderer then sums the series, dropping every label), a gauge keeps the last
-    source's value (OTel's last-value aggregation). Histograms of sources with different bounds
+    source's value (OTel's last-value aggregation); `sum_gauges`: engines merged into one server's
+    view instead, so a count gauge adds up and a ratio (unit "1") is their mean. Histograms of sources with different bounds
     fold onto the bounds they all share (cumulative counts at a shared bound add up exactly);
     the returned table says which. No exemplars."""
     first = tables[0]
-    same = all(t is first for t in tables)
+    same = all(t is first or t == first for t in tables)  # (equal tables: the first's, a stable cache key)
     table = first if same else dict(first)
     hists, counters, gauges = {}, {}, {}
     for name, inst in first.items():
@@ -129,5 +130,10 @@ def fold(snapshots: list[MetricsSnapshot], tables: list[dict[str, Instrument]]
             counters[name] = total
         else:
             values = [s.gauges.get(name) for s, _ in parts]
-            gauges[name] = next((v for v in reversed(values) if v is not None), None)
+            if sum_gauges and any(v is not None for v in values):
+                present = [v for v in values if v is not None]
+                total = sum(present[1:], present[0].copy() if isinstance(present[0], np.ndarray) else present[0])
+                gauges[name] = total / len(present) if inst.unit == "1" else total
+            else:
+                gauges[name] = next((v for v in reversed(values) if v is not None), None)
     return MetricsSnapshot(hists, counters, gauges), table

@@ -50,6 +50,10 @@ class TelemetryConfig:
     max_loras: int = 0
     cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT
     num_speculative_tokens: int = 0  # vLLM's: > 0 shows the vllm:spec_decode_* families, positions 0..k-1
+    kv_cache_metrics: bool = False  # vLLM's --kv-cache-metrics: shows the vllm:kv_block_* residency histograms
+    # vLLM-Omni: (stage, replica) of this engine in a multi-stage pipeline; its vllm:* families then carry
+    # `stage` and `replica` instead of `engine` (checked by Telemetry; see otel_llm/pipeline.py)
+    stage_replica: tuple[str, str] | None = None
 
     def __post_init__(self):
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -80,4 +84,4 @@ class TelemetryConfig:
     def profile(self, name: str | None = None) -> Profile:
         """A profile's table under this configuration (default: `metrics_compat`)."""
         return get_profile(name or self.metrics_compat, self.max_model_len, self.histogram_buckets,
-                           self.show_hidden_metrics_for_version, self.num_speculative_tokens)
+                           self.show_hidden_metrics_for_version, self.num_speculative_tokens, self.kv_cache_metrics)

@@ -34,8 +34,9 @@ BUCKET_FAMILIES = {
     "request_tokens": ("otel_llm.request.prompt_tokens", "otel_llm.request.generation_tokens",
                        "otel_llm.request.max_generation_tokens", "otel_llm.request.params.max_tokens",
                        "otel_llm.request.prefill_kv_computed_tokens"),
+    "kv_cache_residency": ("otel_llm.kv_block.lifetime", "otel_llm.kv_block.idle_before_evict",
+                           "otel_llm.kv_block.reuse_gap"),
 }
-NOT_PRODUCED = ("kv_cache_residency",)  # vLLM's --kv-cache-metrics histograms: not produced here
 
 
 def parse_specs(specs: Iterable[str]) -> dict[str, tuple[float, ...]]:
@@ -91,9 +92,6 @@ def resolve(overrides: dict[str, tuple[float, ...]], vllm_names: dict[str, str],
     for name, bounds in overrides.items():
         if name in BUCKET_FAMILIES:
             out.update((c, bounds) for c in BUCKET_FAMILIES[name])
-        elif name in NOT_PRODUCED:
-            raise ValueError(f"--custom-histogram-buckets {name}: otel-llm does not produce the "
-                             f"{name} histograms (vLLM's --kv-cache-metrics)")
         elif vllm_names.get(name) in histograms:
             specific[vllm_names[name]] = bounds
         elif name in histograms:

@@ -19,7 +19,7 @@ families take their adapter series from `Source.lora`, each bounded the same way
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -48,6 +48,8 @@ class Source:
     version: str = "1"  # the model version (Triton's `version` label)
     lora: LoraSnapshot | None = None
     overflow: bool = False  # the sources beyond a renderer's cardinality limit, folded (`cardinality.fold`)
+    stage: str = ""  # vLLM-Omni pipeline stage and replica: the base labels of a `Profile.stage_replica` profile
+    replica: str = ""
 
 
 class SelfFamily(NamedTuple):
@@ -102,14 +104,15 @@ class Renderer:
 
     def _prepared(self, src: Source, fam: Family, inst: Instrument):
         key = ((OVERFLOW_LABEL, fam.name, fam.const, inst.buckets, inst.export_buckets) if src.overflow else
-               (src.model, src.engine, fam.name, fam.const, id(src.table)))  # entries may share an instrument or a name
+               (src.model, src.engine, src.stage, src.replica, fam.name, fam.const, id(src.table)))  # entries may share an instrument or a name
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         base_labels = self.profile.base_labels if fam.base is None else fam.base
         base = tuple((label, getattr(src, field)) for label, field in base_labels) + fam.const
         if inst.name == "otel_llm.cache_config.info" and not fam.cache_key:
-            base = src.cache_config + ((self.profile.engine_label, src.engine),)
+            base = src.cache_config + ((("stage", src.stage), ("replica", src.replica)) if self.profile.stage_replica
+                                       else ((self.profile.engine_label, src.engine),))
         out = []
         fine = np.asarray(inst.buckets, np.float64)
         coarse = np.asarray(fam.canonical_buckets or inst.otlp_buckets, np.float64)
@@ -141,6 +144,7 @@ class Renderer:
     def render(self, sources: list[Source], openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:
         openmetrics = openmetrics and self.profile.openmetrics
         sources, folded = self._bounded(sources)
+        sources = self._merged(sources)
         lines: list[str] = []
         header = None  # consecutive entries with one name (differing in `const`) are one family
         counted = set()
@@ -199,9 +203,30 @@ class Renderer:
         lines.append("")
         return "\n".join(lines).encode()
 
+    def _merged(self, sources: list[Source]) -> list[Source]:
+        """Sources the profile's base labels do not tell apart (engines of a server whose names have
+        no engine label: SGLang, TGI, Triton) as one, so no series is written twice."""
+        fields = tuple(f for _, f in self.profile.base_labels)
+        groups: dict[tuple, list[Source]] = {}
+        for s in sources:
+            groups.setdefault((s.overflow,) + tuple(getattr(s, f) for f in fields), []).append(s)
+        if len(groups) == len(sources):
+            return sources
+        out = []
+        for group in groups.values():
+            if len(group) == 1:
+                out.append(group[0])
+                continue
+            snapshot, table = fold([s.snapshot for s in group], [s.table for s in group], sum_gauges=True)
+            first = group[0]
+            out.append(replace(first, snapshot=snapshot, table=table, engine=",".join(s.engine for s in group),
+                               lora=fold_lora([s.lora for s in group if s.lora])))
+        return out
+
     def _bounded(self, sources: list[Source]) -> tuple[list[Source], int]:
         """The sources with series of their own, then the rest folded into one; (sources, how many folded)."""
-        beyond = [self._bases.slot((s.model, s.engine, s.version), 0) == OVERFLOW for s in sources]
+        beyond = [self._bases.slot((s.model, s.engine, s.version, s.stage, s.replica), 0) == OVERFLOW
+                  for s in sources]
         if not any(beyond):
             return sources, 0
         over = [s for s, b in zip(sources, beyond) if b]

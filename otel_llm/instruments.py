@@ -47,6 +47,7 @@ DIMENSIONS = {
 
 
 SPEC_DECODE = "otel_llm.spec_decode."  # the speculative-decoding instruments' prefix: shown only where it is in use
+KV_BLOCK = "otel_llm.kv_block."  # the KV residency histograms' prefix: shown only with --kv-cache-metrics
 
 
 def request_series(operation: int, stream: bool) -> int:
@@ -77,6 +78,8 @@ VLLM_ITERATION_TOKENS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0
                          8192.0, 16384.0)
 VLLM_PARAMS_N = (1.0, 2.0, 5.0, 10.0, 20.0)
 VLLM_NUM_PREEMPTIONS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+VLLM_KV_CACHE_RESIDENCY = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0,
+                           30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 SEMCONV_DURATION = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
                     81.92)
 SEMCONV_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -154,6 +157,9 @@ def instrument_table(max_model_len: int) -> dict[str, Instrument]:
         Instrument("otel_llm.spec_decode.draft_tokens", C, "{token}", "Number of draft tokens."),
         Instrument("otel_llm.spec_decode.accepted_tokens", C, "{token}", "Number of accepted tokens."),
         Instrument("otel_llm.spec_decode.accepted_tokens_per_pos", C, "{token}", "Accepted tokens per draft position.", dims=("otel_llm.spec_decode.position",)),
+        Instrument("otel_llm.kv_block.lifetime", H, "s", "Histogram of KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).", VLLM_KV_CACHE_RESIDENCY),
+        Instrument("otel_llm.kv_block.idle_before_evict", H, "s", "Histogram of idle time before KV cache block eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).", VLLM_KV_CACHE_RESIDENCY),
+        Instrument("otel_llm.kv_block.reuse_gap", H, "s", "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent accesses are recorded (ring buffer). Sampled metrics (controlled by --kv-cache-metrics-sample).", VLLM_KV_CACHE_RESIDENCY),
         Instrument("otel_llm.cache_config.info", G, "1", "Information of the LLMEngine CacheConfig."),
         Instrument("otel_llm.lora.info", G, "s", "Running stats on lora requests: per combination of waiting and running adapters, the unix time it was last seen (vLLM's vllm:lora_requests_info; no OTLP export)."),
         Instrument("otel_llm.lora.requests", C, "{request}", "Requests that arrived naming a LoRA adapter, by adapter (attribute otel_llm.lora.adapter)."),

@@ -69,11 +69,15 @@ class Profile:
     base: tuple[tuple[str, str], ...] | None = None  # (label, Source field); None: model and engine
     counter_suffix: str = "_total"  # "" where the server's client library adds none (Rust, C++)
     openmetrics: bool = True  # False: always text 0.0.4, as the server (its counters keep their names)
+    # vLLM-Omni: the engine label reshaped into `stage` + `replica` (Source.stage, Source.replica)
+    stage_replica: bool = False
 
     @property
     def base_labels(self) -> tuple[tuple[str, str], ...]:
         if self.base is not None:
             return self.base
+        if self.stage_replica:
+            return ((self.model_label, "model"), ("stage", "stage"), ("replica", "replica"))
         return ((self.model_label, "model"), (self.engine_label, "engine"))
 
 
@@ -129,7 +133,15 @@ def _vllm_spec_decode(k: int) -> tuple[Family, ...]:
                    {position: ("position", _same)}, only={position: I.DIMENSIONS[position][:k]}))
 
 
-def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None, num_speculative_tokens: int = 0) -> Profile:
+def _vllm_kv_residency(on: bool) -> tuple[Family, ...]:
+    """vLLM's `--kv-cache-metrics` histograms: declared only when it is on."""
+    return (Family("otel_llm.kv_block.lifetime", "vllm:kv_block_lifetime_seconds"),
+            Family("otel_llm.kv_block.idle_before_evict", "vllm:kv_block_idle_before_evict_seconds"),
+            Family("otel_llm.kv_block.reuse_gap", "vllm:kv_block_reuse_gap_seconds")) if on else ()
+
+
+def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None, num_speculative_tokens: int = 0,
+          kv_cache_metrics: bool = False) -> Profile:
     reason = {"otel_llm.finish_reason": ("finished_reason", _same)}
     fams = [
         Family("otel_llm.scheduler.running", "vllm:num_requests_running"),
@@ -168,6 +180,7 @@ def _vllm(custom: dict[str, tuple[float, ...]], hidden: str | None, num_speculat
         Family("otel_llm.usage.prompt_tokens_cached", "vllm:prompt_tokens_cached"),
         Family("otel_llm.request.prefill_kv_computed_tokens", "vllm:request_prefill_kv_computed_tokens"),
         *_vllm_spec_decode(num_speculative_tokens),
+        *_vllm_kv_residency(kv_cache_metrics),
         Family("otel_llm.cache_config.info", "vllm:cache_config_info"),
         Family("otel_llm.lora.info", "vllm:lora_requests_info", help="Running stats on lora requests."),
         Family("otel_llm.telemetry.dropped", "otel_llm_telemetry_dropped"),
@@ -183,7 +196,8 @@ def prometheus_name(inst: I.Instrument) -> str:
     return metric_name(inst.name, inst.unit, inst.kind)
 
 
-def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]], spec_decode: bool) -> Profile:
+def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]], spec_decode: bool,
+          kv_cache_metrics: bool = False) -> Profile:
     error_type = {"otel_llm.finish_reason": ("error_type", lambda r: r if r in ("abort", "error") else None)}
     fams = []
     for inst in table.values():
@@ -191,6 +205,8 @@ def _otel(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]], 
             continue  # vLLM-isms; the OTel way: resource attributes, per-adapter counts (otel_llm.lora.requests)
         if inst.name.startswith(I.SPEC_DECODE) and not spec_decode:
             continue  # no speculative decoding configured (as the `vllm` profile, and OTLP while they are 0)
+        if inst.name.startswith(I.KV_BLOCK) and not kv_cache_metrics:
+            continue  # --kv-cache-metrics off (as the `vllm` profile and OTLP)
         labels: LabelMap = {d: (d.replace(".", "_"), _same) for d in inst.dims}
         if inst.name == "gen_ai.server.request.duration":
             labels.update(error_type)
@@ -207,16 +223,22 @@ PROFILE_NAMES = ("vllm", "otel", "sglang", "tgi", "triton")
 
 
 def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[float, ...]] | None = None,
-                hidden: str | None = None, num_speculative_tokens: int = 0) -> Profile:
+                hidden: str | None = None, num_speculative_tokens: int = 0, kv_cache_metrics: bool = False,
+                stage_replica: bool = False) -> Profile:
     """A profile's table. `custom`: canonical histogram -> the operator's buckets (`vllm` and `otel`
     only: the other profiles copy servers with their own bucket flags); `hidden`: the
     `--show-hidden-metrics-for-version` value (`vllm` only); `num_speculative_tokens`: 0 leaves
-    the spec-decode families out (`vllm`, `otel`)."""
+    the spec-decode families out (`vllm`, `otel`); `kv_cache_metrics`: vLLM's `--kv-cache-metrics`
+    residency histograms (`vllm`, `otel`); `stage_replica`: vLLM-Omni's reshape of the engine
+    label into `stage` + `replica` (`vllm`, `otel`: the profiles whose base labels are model, engine)."""
+    if stage_replica:
+        return replace(get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics),
+                       stage_replica=True)
     custom = custom or {}
     if name == "vllm":
-        return _vllm(custom, hidden, num_speculative_tokens)
+        return _vllm(custom, hidden, num_speculative_tokens, kv_cache_metrics)
     if name == "otel":
-        return _otel(I.instrument_table(max_model_len), custom, num_speculative_tokens > 0)
+        return _otel(I.instrument_table(max_model_len), custom, num_speculative_tokens > 0, kv_cache_metrics)
     if name == "sglang":
         from .profile_sglang import sglang_profile
         return sglang_profile(max_model_len)
@@ -232,7 +254,8 @@ def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[fl
 def resolve_custom_buckets(overrides: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
     """`--custom-histogram-buckets` names (vLLM bucket family, vLLM histogram, canonical histogram)
     -> {canonical histogram: bounds}; ValueError naming an unknown one."""
-    vllm_names = {f.name: f.canonical for fams in (_vllm({}, None).families, *HIDDEN_VLLM.values()) for f in fams}
+    vllm_names = {f.name: f.canonical for fams in (_vllm({}, None, kv_cache_metrics=True).families,
+                                                   *HIDDEN_VLLM.values()) for f in fams}
     histograms = [i.name for i in I.instrument_table(8192).values() if i.kind is I.Kind.HISTOGRAM]
     return custom_buckets.resolve(overrides, vllm_names, histograms)
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .kv_residency import KVEvictions
 from .step import MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4
 
 _EMPTY_I8 = np.zeros(0, np.int64)
@@ -36,6 +37,7 @@ class StepRecorder:
         self._extended = False  # this step has some
         self._ev_external: list[tuple[int, int]] = []  # (event index, KV-connector hit tokens), only the nonzero
         self._spec: list | None = None  # [drafts, draft tokens, accepted, accepted per position]
+        self._kv: KVEvictions | None = None
 
     def _reset(self) -> None:
         self._ev_rid: list[int] = []
@@ -122,6 +124,12 @@ class StepRecorder:
         old = spec[3]
         spec[3] = [a + b for a, b in zip(old, pos)] + (old[len(pos):] if len(old) > len(pos) else pos[len(old):])
 
+    def kv_evictions(self, evictions: KVEvictions | None) -> None:
+        """This step's sampled KV block evictions (`KVResidencySampler.drain()`; None: none)."""
+        if evictions is not None and self.enabled:
+            self._kv = evictions if self._kv is None else KVEvictions(*map(np.concatenate, zip(self._kv, evictions)))
+            self._extended = True
+
     def snapshot(self, snapshot: SchedulerSnapshot) -> None:
         """Attach the scheduler snapshot for this step (callers may throttle, e.g. 1 Hz)."""
         if self.enabled:
@@ -132,9 +140,9 @@ class StepRecorder:
         if not self.enabled:
             return None
         ts = self._clock()
-        spec = external = None
+        spec = external = kv = None
         if self._extended:
-            spec, external = self._take_extension()
+            spec, external, kv = self._take_extension()
         if len(self._out_rid) == 1:
             out_rid, out_n = self._out_rid[0], self._out_n[0]
         else:
@@ -154,20 +162,22 @@ class StepRecorder:
             self._all_one,
             spec,
             external,
+            kv,
         )
         self._reset()
         return rec
 
-    def _take_extension(self) -> tuple[SpecDecodingStats | None, np.ndarray | None]:
-        """This step's spec decoding sums and per-event KV-connector hits (None: none); then reset."""
+    def _take_extension(self) -> tuple[SpecDecodingStats | None, np.ndarray | None, KVEvictions | None]:
+        """This step's spec decoding sums, per-event KV-connector hits and KV evictions (None: none); then reset."""
         spec = None if self._spec is None else SpecDecodingStats(*self._spec[:3], np.array(self._spec[3], np.int64))
         external = None
         if self._ev_external:
             external = np.zeros(len(self._ev_rid), np.int64)
             idx, tokens = zip(*self._ev_external)
             external[list(idx)] = tokens
-        self._spec, self._ev_external, self._extended = None, [], False
-        return spec, external
+        kv = self._kv
+        self._spec, self._ev_external, self._kv, self._extended = None, [], None, False
+        return spec, external, kv
 
     def end_step_bytes(self, num_computed_prompt_tokens: int = 0) -> bytes | None:
         """`end_step` serialised for a process boundary (None when disabled)."""

@@ -42,6 +42,7 @@ import numpy as np
 
 from .aggregation import TRACE_COLUMNS
 from .instruments import DIMENSIONS
+from .kv_residency import KVEvictions
 from .metrics_state import MetricsState
 from .request import RequestInfo
 from .step import HEADER_SIZE as _HEADER_SIZE
@@ -192,6 +193,8 @@ class RequestTable:
             self._snapshot(rec.snapshot)
         if rec.spec_decoding is not None:
             self._spec_decoding(rec.spec_decoding)
+        if rec.kv_evictions is not None:
+            self._kv_evictions(rec.kv_evictions)
         return self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns) \
             if len(rec.finished_rid) else None
 
@@ -420,6 +423,17 @@ class RequestTable:
             self.dropped["bad_value"] += 1
         elif len(pos):
             m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"][: len(pos)] += pos
+
+    def _kv_evictions(self, kv: KVEvictions) -> None:
+        """Sampled KV block evictions (ns); a step with a negative time is dropped (counted)."""
+        arrays = list(zip(("otel_llm.kv_block.lifetime", "otel_llm.kv_block.idle_before_evict",
+                           "otel_llm.kv_block.reuse_gap"), kv))
+        if any(len(a) and a.min() < 0 for _, a in arrays):
+            self.dropped["bad_value"] += 1
+            return
+        for name, a in arrays:
+            if len(a):
+                self.metrics.histograms[name].fold(a.astype(np.float64))
 
     def engine_gone(self) -> None:
         gauges = self.metrics.gauges

@@ -15,9 +15,11 @@ per-token Python object is ever pickled or built. Layout (little endian):
     extension (only with flag 4; struct `_EXTENSION`):
         waiting_deferred i32, external_prefix_queries i64, external_prefix_hits i64,
         spec_num_drafts i64, spec_num_draft_tokens i64, spec_num_accepted_tokens i64,
-        parts u16 (1: spec decoding, 2: event_external), n_positions u16
+        parts u16 (1: spec decoding, 2: event_external, 4: KV evictions), n_positions u16
         spec accepted per position i64[n_positions]
         event_external i64[n_events] (part 2: external KV-connector hit tokens per event)
+        part 4: n_evicted u32, n_gaps u32, lifetime_ns i64[n_evicted], idle_ns i64[n_evicted],
+                reuse_gap_ns i64[n_gaps] (sampled KV blocks evicted this step, `kv_residency.py`)
 
 `max_seq_tokens` is the longest sequence's generation length for a request with
 n > 1 parallel sequences (0: the request has one sequence). `rid` is the request handle the frontend allocated (`Telemetry.arrival`). All
@@ -29,7 +31,7 @@ since the previous snapshot (tokens, tokens, requests); the extension's first th
 snapshot's and count only with flag 1. The spec decoding sums are this step's.
 
 The extension carries what only some engines have (deferred waiting requests, a KV
-connector's prefix cache, speculative decoding). It is written only when there is
+connector's prefix cache, speculative decoding, sampled KV block residency). It is written only when there is
 some, so a record without it is byte for byte the original format, and the steady
 decode step (flags == 2, see `outputs_only_header`) never has one.
 """
@@ -43,14 +45,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .kv_residency import KVEvictions
+
 _MAGIC = 0x4C4C4F54  # "TOLL"
 _VERSION = 1
 _HEADER = struct.Struct("<IHHqqqqIIIiidqqq")
 _PREFIX = struct.Struct("<IHHqqqqIII")  # the header up to the counts
 _EXTENSION = struct.Struct("<iqqqqqHH")
+_KV_COUNTS = struct.Struct("<II")
 HEADER_SIZE = _HEADER.size
 _SNAPSHOT, _ALL_ONE, _EXTENDED = 1, 2, 4  # header flags
-_SPEC_PART, _EXTERNAL_PART = 1, 2  # extension parts
+_SPEC_PART, _EXTERNAL_PART, _KV_PART = 1, 2, 4  # extension parts
 MAX_SPEC_POSITIONS = 16  # draft positions kept per step (the `otel_llm.spec_decode.position` vocabulary)
 _WIRE_POSITIONS = MAX_SPEC_POSITIONS + 1  # one past the bound travels, so the frontend can count the overflow
 _EMPTY = {d: np.zeros(0, d) for d in ("<i8", "<i4", "u1")}
@@ -131,13 +136,15 @@ class StepRecord(NamedTuple):
     outputs_all_one: bool = False  # every output_num_tokens is 1 (lets the frontend skip a check)
     spec_decoding: SpecDecodingStats | None = None
     event_external: np.ndarray | None = None  # int64 per event: KV-connector hit tokens for SCHEDULED; None: all 0
+    kv_evictions: KVEvictions | None = None  # sampled KV blocks evicted this step (--kv-cache-metrics)
 
     def to_bytes(self) -> bytes:
         s = self.snapshot
         n_out = len(self.output_rid)
         flags = (s is not None) | (self.outputs_all_one << 1)
-        if self.spec_decoding is not None or self.event_external is not None or s is not None and (
-                s.waiting_deferred or s.external_prefix_queries or s.external_prefix_hits):
+        if self.spec_decoding is not None or self.event_external is not None or self.kv_evictions is not None or (
+                s is not None and
+                (s.waiting_deferred or s.external_prefix_queries or s.external_prefix_hits)):
             flags |= _EXTENDED
         header = _HEADER.pack(
             _MAGIC, _VERSION, flags, self.step_ts_ns,
@@ -162,17 +169,22 @@ class StepRecord(NamedTuple):
         return b"".join(parts)
 
     def _extension(self) -> list:
-        s, sd, ext = self.snapshot, self.spec_decoding, self.event_external
+        s, sd, ext, kv = self.snapshot, self.spec_decoding, self.event_external, self.kv_evictions
         spec = (sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens) if sd is not None else (0, 0, 0)
         pos = np.asarray(sd.accepted_per_pos, np.int64)[:_WIRE_POSITIONS] if sd is not None else _EMPTY["<i8"]
         has_ext = ext is not None and len(self.event_rid) > 0
         parts = [_EXTENSION.pack(
             *((s.waiting_deferred, s.external_prefix_queries, s.external_prefix_hits) if s is not None else (0, 0, 0)),
-            *spec, (_SPEC_PART if sd is not None else 0) | (_EXTERNAL_PART if has_ext else 0), len(pos))]
+            *spec, (_SPEC_PART if sd is not None else 0) | (_EXTERNAL_PART if has_ext else 0)
+            | (_KV_PART if kv is not None else 0), len(pos))]
         if len(pos):
             parts.append(_raw(pos, "<i8"))
         if has_ext:
             parts.append(_raw(ext, "<i8"))
+        if kv is not None:
+            n = min(len(kv.lifetime_ns), len(kv.idle_ns))
+            parts += [_KV_COUNTS.pack(n, len(kv.reuse_gap_ns)), _raw(kv.lifetime_ns[:n], "<i8"),
+                      _raw(kv.idle_ns[:n], "<i8"), _raw(kv.reuse_gap_ns, "<i8")]
         return parts
 
     @classmethod
@@ -192,10 +204,16 @@ class StepRecord(NamedTuple):
                 raise ValueError(f"step record is {len(data)} bytes, its extension starts at {expected}")
             ext = _EXTENSION.unpack_from(data, expected)
             parts, n_pos = ext[-2:]
-            if parts & ~(_SPEC_PART | _EXTERNAL_PART) or (n_pos and not parts & _SPEC_PART):
+            if parts & ~(_SPEC_PART | _EXTERNAL_PART | _KV_PART) or (n_pos and not parts & _SPEC_PART):
                 raise ValueError(f"step record extension: bad parts {parts:#x} with {n_pos} positions")
             ext_at = expected + _EXTENSION.size
             expected = ext_at + 8 * n_pos + (8 * n_ev if parts & _EXTERNAL_PART else 0)
+            if parts & _KV_PART:
+                if len(data) < expected + _KV_COUNTS.size:
+                    raise ValueError(f"step record is {len(data)} bytes, its KV evictions start at {expected}")
+                kv_at = expected + _KV_COUNTS.size
+                n_kv, n_gaps = _KV_COUNTS.unpack_from(data, expected)
+                expected = kv_at + 16 * n_kv + 8 * n_gaps
         if len(data) != expected:
             raise ValueError(f"step record is {len(data)} bytes, header says {expected}")
         off = _HEADER.size
@@ -220,7 +238,7 @@ class StepRecord(NamedTuple):
             fin_rid = np.frombuffer(data, "<i8", n_fin, off)
             fin_max = np.frombuffer(data, "<i4", n_fin, off + 8 * n_fin)
             fin_reason = np.frombuffer(data, "u1", n_fin, off + 12 * n_fin)
-        spec = ev_ext = None
+        spec = ev_ext = kv_ev = None
         if ext is None:
             snapshot = SchedulerSnapshot(running, waiting, kv, pq, ph, pre) if flags & _SNAPSHOT else None
         else:
@@ -232,9 +250,12 @@ class StepRecord(NamedTuple):
                 spec = SpecDecodingStats(drafts, draft_tokens, accepted, pos)
             if parts & _EXTERNAL_PART:
                 ev_ext = np.frombuffer(data, "<i8", n_ev, ext_at + 8 * n_pos) if n_ev else _EMPTY["<i8"]
+            if parts & _KV_PART:
+                arrays = np.frombuffer(data, "<i8", 2 * n_kv + n_gaps, kv_at)
+                kv_ev = KVEvictions(arrays[:n_kv], arrays[n_kv:2 * n_kv], arrays[2 * n_kv:])
         return cls(
             step_ts, a_wall, a_mono, n_prompt, ev_rid, ev_ts, ev_val, ev_kind, out_rid, out_n,
-            fin_rid, fin_reason, fin_max, snapshot, all_one, spec, ev_ext,
+            fin_rid, fin_reason, fin_max, snapshot, all_one, spec, ev_ext, kv_ev,
         )
 
 

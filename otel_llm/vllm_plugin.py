@@ -95,7 +95,9 @@ class _OtelSide:
         self.api_servers = getattr(parallel, "_api_process_count", 1)
         self.agg = VllmStatsAggregator(str(model.served_model_name), model.max_model_len, engine_indexes or [0],
                                        extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
-                                       vllm_families=vllm_families)
+                                       vllm_families=vllm_families,
+                                       kv_cache_metrics=bool(getattr(vllm_config.observability_config,
+                                                                     "kv_cache_metrics", False)))
         self.reader = None
         if exporter == "otlp":
             self._start_push(temporality)

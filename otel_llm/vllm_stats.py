@@ -105,13 +105,14 @@ class VllmStatsAggregator:
 
     def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
                  extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
-                 scheduler_gauges: bool = True, vllm_families: bool = True) -> None:
+                 scheduler_gauges: bool = True, vllm_families: bool = True, kv_cache_metrics: bool = False) -> None:
         """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
         so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
         KV-usage gauges unset (another process exports them). `vllm_families=False`: keep only the
         canonical instruments, not the `Extras` that only vLLM's own families show (`add` mode, where
         vLLM's logger serves those). `on_steps(engine_idx, steps)`, if set, also sees every folded step
-        (under the lock)."""
+        (under the lock). `kv_cache_metrics`: vLLM's `--kv-cache-metrics` is on (its residency
+        histograms are exported)."""
         table = instrument_table(max_model_len)
         for name, bounds in (extra_buckets or {}).items():
             inst = table[name]
@@ -121,6 +122,7 @@ class VllmStatsAggregator:
         self._model, self._provider, self._max_len = model_name, provider_name, max_model_len
         self._lock = threading.Lock()
         self.scheduler_gauges, self.vllm_families = scheduler_gauges, vllm_families
+        self.kv_cache_metrics = kv_cache_metrics
         self.on_steps = None
         self._pending: collections.deque = collections.deque()
         self.flush_every = flush_every
@@ -137,7 +139,8 @@ class VllmStatsAggregator:
         e = self.engines.get(idx)
         if e is None:
             config = TelemetryConfig(self._model, engine=str(idx), max_model_len=self._max_len, log_stats=False,
-                                     tracing=False, provider_name=self._provider)
+                                     tracing=False, provider_name=self._provider,
+                                     kv_cache_metrics=self.kv_cache_metrics)
             e = self.engines[idx] = EngineStats(config, self.table, self._lock, self.flush)
         return e
 
@@ -234,6 +237,9 @@ class VllmStatsAggregator:
         spec = [sd for sd in (getattr(s, "spec_decoding_stats", None) for s in scheds) if sd is not None]
         if spec:
             self._spec_decoding(m, spec)
+        evictions = [ev for s in scheds for ev in (getattr(s, "kv_cache_eviction_events", None) or ())]
+        if evictions:
+            self._kv_evictions(m, evictions)
         if not self.vllm_families:
             return
         x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
@@ -255,6 +261,16 @@ class VllmStatsAggregator:
                 self.dropped += 1
             elif len(pos):
                 out[: len(pos)] += pos
+
+    @staticmethod
+    def _kv_evictions(m: MetricsState, events: list) -> None:
+        """vLLM's `KVCacheEvictionEvent`s (seconds), as its logger observes them."""
+        h = m.histograms
+        h["otel_llm.kv_block.lifetime"].fold(np.array([ev.lifetime_seconds for ev in events], np.float64))
+        h["otel_llm.kv_block.idle_before_evict"].fold(np.array([ev.idle_seconds for ev in events], np.float64))
+        gaps = [g for ev in events for g in ev.reuse_gaps_seconds]
+        if gaps:
+            h["otel_llm.kv_block.reuse_gap"].fold(np.array(gaps, np.float64))
 
     def _iterations(self, e: EngineStats, its: list) -> None:
         m, h = e.metrics, e.metrics.histograms

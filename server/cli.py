@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also serve the families vLLM hid after version X.Y under their old names "
                             "(0.8: time_in_queue_requests; 0.10: gpu_cache_usage_perc, gpu_prefix_cache_*; "
                             "0.11: time_per_output_token_seconds)")
+    serve.add_argument("--kv-cache-metrics", action="store_true",
+                       help="vLLM's KV block residency histograms (vllm:kv_block_lifetime_seconds, "
+                            "_idle_before_evict_seconds, _reuse_gap_seconds) over a sample of the blocks")
+    serve.add_argument("--kv-cache-metrics-sample", type=positive_float, default=0.01, metavar="RATE",
+                       help="with --kv-cache-metrics: the fraction of KV blocks sampled, in (0, 1] (default 0.01)")
     serve.add_argument("--cardinality-limit", type=positive_int, default=ServerConfig.cardinality_limit, metavar="N",
                        help="series per metric for label values from outside (LoRA adapters, model names): "
                             "beyond N they go into one otel_metric_overflow=\"true\" series, counted in "
@@ -130,6 +135,8 @@ def _flag_message(message: str) -> str:
 
 def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConfig:
     """Raises ValueError naming the bad value."""
+    if args.kv_cache_metrics_sample > 1:
+        raise ValueError(f"--kv-cache-metrics-sample {args.kv_cache_metrics_sample}: must be in (0, 1]")
     endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
     metrics_endpoint = (args.otlp_metrics_endpoint or environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
@@ -139,6 +146,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
         block_size=args.block_size, max_model_len=args.max_model_len, seed=args.seed,
         log_stats=not args.disable_log_stats, num_threads=args.engine_threads,
+        kv_cache_metrics_sample=args.kv_cache_metrics_sample if args.kv_cache_metrics else 0.0,
     )
     return ServerConfig(
         engine=engine, served_model_name=args.served_model_name, host=args.host, port=args.port,

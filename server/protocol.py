@@ -5,6 +5,8 @@ empty lists, context length) are done by the handlers and answered with a 400
 naming the field, as OpenAI does. Unknown fields are ignored. `top_k` and
 `ignore_eos` are vLLM-style extras. OpenAI fields this server does not implement
 are accepted only at a value that asks for nothing (`unsupported_field`).
+Audio output (`modalities`, `audio`) is validated by `output_modalities` and
+`audio_output`: `otel-llm serve` refuses it with a 400, `otel-llm serve-pipeline` makes it.
 
 Response builders return plain JSON-ready dicts in OpenAI's exact schema; they
 are called once per streamed chunk, so they stay as cheap as a dict literal.
@@ -12,6 +14,7 @@ are called once per streamed chunk, so they stay as cheap as a dict literal.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
@@ -69,6 +72,28 @@ class ChatMessage(BaseModel):
         return "".join(p.text for p in self.content)
 
 
+# OpenAI's audio output (`ChatCompletionAudioParam`, `ChatCompletionModality` in the openai client's types).
+MODALITIES = ("text", "audio")
+AUDIO_FORMATS = ("wav", "aac", "mp3", "flac", "opus", "pcm16")
+AUDIO_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
+                "marin", "cedar")
+SUPPORTED_AUDIO_FORMAT = "pcm16"  # 16-bit little-endian mono PCM at PCM16_SAMPLE_RATE_HZ
+PCM16_SAMPLE_RATE_HZ = 24000  # OpenAI's pcm16: "Only a 24kHz sample rate is supported"
+
+
+class VoiceID(BaseModel):
+    """A custom voice (`{"id": "voice_1234"}`): accepted by the schema, refused by `audio_output`."""
+    model_config = ConfigDict(extra="ignore")
+    id: str
+
+
+class AudioParam(BaseModel):
+    """`audio` of a chat request: both fields required, as OpenAI's `ChatCompletionAudioParam`."""
+    model_config = ConfigDict(extra="ignore")
+    voice: Union[str, VoiceID]
+    format: str
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
@@ -79,7 +104,7 @@ class ChatCompletionRequest(_SamplingFields):
     function_call: Union[str, dict, None] = None
     response_format: dict | None = None
     modalities: list[str] | None = None
-    audio: dict | None = None
+    audio: AudioParam | None = None
 
 
 # What this server does not implement, with the values besides None ("left out") that ask
@@ -100,8 +125,7 @@ _NEUTRAL: dict[str, tuple] = {
     "functions": ([],),
     "function_call": ("none", "auto"),
     "response_format": ({"type": "text"},),
-    "modalities": (["text"],),
-    "audio": (),
+    "audio": (),  # without "audio" in modalities: asks for nothing this server does
 }
 
 
@@ -112,6 +136,62 @@ def unsupported_field(req: BaseModel) -> str | None:
         if value is not None and not any(type(value) is type(n) and value == n for n in neutral):
             return name
     return None
+
+
+class InvalidField(ValueError):
+    """A value OpenAI's API would refuse; `param` names the field (a 400)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class AudioOutput:
+    """The audio a chat request asks for, validated: `voice` one of AUDIO_VOICES, `format` "pcm16"."""
+
+    voice: str
+    format: str
+
+
+def output_modalities(req: ChatCompletionRequest) -> frozenset[str]:
+    """What the response must hold ({"text"} when `modalities` is left out). Raises InvalidField for
+    an unknown or empty `modalities`, and, when audio is asked for, for an `audio` this server cannot make."""
+    if req.modalities is None:
+        return frozenset(("text",))
+    if not req.modalities:
+        raise InvalidField("modalities", 'modalities must not be empty: use ["text"] or ["text", "audio"]')
+    unknown = next((m for m in req.modalities if m not in MODALITIES), None)
+    if unknown is not None:
+        raise InvalidField("modalities", f"unknown modality {unknown!r} in modalities: the modalities are "
+                                         f"{', '.join(map(repr, MODALITIES))}")
+    if "audio" in req.modalities and req.audio is not None:
+        _check_audio(req.audio)
+    return frozenset(req.modalities)
+
+
+def audio_output(req: ChatCompletionRequest) -> AudioOutput | None:
+    """The validated audio request, or None for text only. Raises InvalidField as `output_modalities`
+    does, and when "audio" is in `modalities` without `audio`."""
+    if "audio" not in output_modalities(req):
+        return None
+    if req.audio is None:
+        raise InvalidField("audio", 'modalities includes "audio", which requires the audio parameter: '
+                                    f'{{"voice": "alloy", "format": "{SUPPORTED_AUDIO_FORMAT}"}}')
+    return AudioOutput(req.audio.voice, req.audio.format)
+
+
+def _check_audio(audio: AudioParam) -> None:
+    if isinstance(audio.voice, VoiceID):
+        raise InvalidField("audio.voice", f"custom voice {audio.voice.id!r} is not supported: use one of "
+                                          f"{', '.join(AUDIO_VOICES)}")
+    if audio.voice not in AUDIO_VOICES:
+        raise InvalidField("audio.voice", f"unknown voice {audio.voice!r}: the voices are {', '.join(AUDIO_VOICES)}")
+    if audio.format != SUPPORTED_AUDIO_FORMAT:
+        known = "" if audio.format in AUDIO_FORMATS else f" (OpenAI's formats: {', '.join(AUDIO_FORMATS)})"
+        raise InvalidField("audio.format", f"audio format {audio.format!r} is not supported{known}: this server "
+                                           f"streams {SUPPORTED_AUDIO_FORMAT!r} only (16-bit PCM, "
+                                           f"{PCM16_SAMPLE_RATE_HZ} Hz, mono)")
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:

@@ -118,6 +118,7 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
                 custom_histogram_buckets=config.custom_histogram_buckets,
                 show_hidden_metrics_for_version=config.show_hidden_metrics_for_version,
                 cardinality_limit=config.cardinality_limit,
+                kv_cache_metrics=config.engine.kv_cache_metrics_sample > 0,
                 tracer_provider=tracer_provider,
                 kv_device=_kv_device(config.engine.device),
             ))

@@ -91,6 +91,7 @@ class OpenAIServing:
         return await self._serve(p, request, chat=False, content=lambda: [{"role": "user", "content": prompt}])
 
     async def chat(self, req: protocol.ChatCompletionRequest, request: Request) -> Response:
+        _refuse_audio_output(req)
         self._check(req)
         if not req.messages:
             raise bad_request("messages must be a non-empty list", "messages")
@@ -305,6 +306,18 @@ class OpenAIServing:
         except OpenAIError as exc:
             yield _sse(exc.body())
         yield _DONE
+
+
+def _refuse_audio_output(req: protocol.ChatCompletionRequest) -> None:
+    """A 400 naming the field for a bad `modalities`/`audio`, and for any request for audio output:
+    this server makes text only (audio comes from `otel-llm serve-pipeline`)."""
+    try:
+        modalities = protocol.output_modalities(req)
+    except protocol.InvalidField as exc:
+        raise bad_request(str(exc), exc.param) from None
+    if "audio" in modalities:
+        raise bad_request('audio output (modalities with "audio") needs `otel-llm serve-pipeline`: '
+                          "`otel-llm serve` generates text only", "modalities")
 
 
 def _sse(obj: dict) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence as Seq
 
+from otel_llm.kv_residency import KVResidencySampler
+
 from .sequence import Sequence
 
 
@@ -28,9 +30,14 @@ class BlockManager:
 
     Prefix-cache counters `prefix_queries` / `prefix_hits` are cumulative tokens,
     counted once per request at its first admission (`allocate_slots(count_prefix=True)`).
+
+    `residency` (vLLM's `--kv-cache-metrics`) sees a block allocated when it is handed out,
+    accessed when a prefix-cache hit takes it, and evicted when it is handed out again (its
+    old contents dropped), as vLLM's block pool reports them.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 residency: KVResidencySampler | None = None):
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -40,6 +47,7 @@ class BlockManager:
         self._hash_to_block: dict[int, int] = {}
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.residency = residency
 
     @property
     def num_free_blocks(self) -> int:
@@ -115,6 +123,8 @@ class BlockManager:
                 del self._free[block]
             self.ref_counts[block] += 1
             seq.block_table.append(block)
+            if self.residency is not None:
+                self.residency.accessed(block)
         seq.num_computed_tokens += len(computed_blocks) * bs
         copies = []
         if self._needs_copy(seq, num_new_tokens):
@@ -142,6 +152,9 @@ class BlockManager:
             if self._hash_to_block.get(h) == block:
                 del self._hash_to_block[h]
         self.ref_counts[block] = 1
+        if self.residency is not None:
+            self.residency.evicted(block)
+            self.residency.allocated(block)
         return block
 
     def _register(self, block: int, h: int) -> None:

@@ -40,6 +40,7 @@ class EngineConfig:
     log_stats: bool = True
     seed: int = 0
     num_threads: int | None = None
+    kv_cache_metrics_sample: float = 0.0  # vLLM's --kv-cache-metrics(-sample): KV blocks sampled for residency; 0: off
 
     def __post_init__(self) -> None:
         model = self.model
@@ -59,5 +60,8 @@ class EngineConfig:
                 raise ValueError(f"{name}={value!r}: must be None or an int >= 1")
         if not self.snapshot_interval_s >= 0:
             raise ValueError(f"snapshot_interval_s={self.snapshot_interval_s!r}: must be >= 0")
+        rate = self.kv_cache_metrics_sample
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+            raise ValueError(f"kv_cache_metrics_sample={rate!r}: must be in (0, 1] (0: off)")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r}: must be an int")

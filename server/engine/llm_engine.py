@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from otel_llm.kv_residency import KVResidencySampler
 from otel_llm.recorder import StepRecorder
 from otel_llm.step import FinishReason, SchedulerSnapshot
 
@@ -66,7 +67,10 @@ class LLMEngine:
                 f"cannot hold one max_model_len={self.max_model_len} sequence"
             )
         self.runner.allocate_kv_cache(num_blocks, config.block_size)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.residency = KVResidencySampler(config.kv_cache_metrics_sample) \
+            if config.kv_cache_metrics_sample and config.log_stats else None
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                          self.residency)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.recorder = StepRecorder(enabled=config.log_stats)
         self._requests: dict[int, Request] = {}
@@ -121,6 +125,8 @@ class LLMEngine:
             self._fail_unschedulable(outputs)
         if self.recorder.enabled:
             self._maybe_snapshot()
+            if self.residency is not None:
+                self.recorder.kv_evictions(self.residency.drain())
         return StepOutput(outputs, self.recorder.end_step_bytes(sched.num_prompt_tokens))
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams | None = None) -> list[str]:

@@ -10,6 +10,7 @@ from collector.app import CollectorConfig
 from collector.cli import config_from_args
 from collector.otelcol_config import otelcol_config
 from collector.tail_sampler import TailSamplingConfig
+from otel_llm.profiles import PROFILE_NAMES
 from server.cli import build_parser
 
 
@@ -138,3 +139,20 @@ def test_trace_flags_need_a_backend_and_valid_values():
     assert done.returncode == 2 and "invalid trace backend 'jaeger:4317'" in done.stderr
     done = collector_cli("--traces-to", "grpc://j:1", "--keep-fraction", "2")
     assert done.returncode == 2 and "invalid fraction '2'" in done.stderr
+
+
+def test_metrics_compat_takes_every_profile_and_names_the_choices_otherwise():
+    for name in PROFILE_NAMES:
+        args = build_parser().parse_args(["collector", "--metrics-compat", name])
+        assert config_from_args(args).store.profile == name
+    done = collector_cli("--metrics-compat", "sglang-nope")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "argument --metrics-compat: invalid choice: 'sglang-nope' (choose from" in done.stderr
+    assert all(name in done.stderr.rsplit("choose from", 1)[1] for name in PROFILE_NAMES)
+
+
+def test_print_otelcol_config_refuses_the_profiles_it_cannot_express():
+    done = collector_cli("--print-otelcol-config", "--metrics-compat", "triton")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "error: profile 'triton': the otelcol-contrib config supports vllm and otel only" in done.stderr
+    assert "`otel-llm collector --metrics-compat triton` serves them" in done.stderr

@@ -17,6 +17,7 @@ from opentelemetry.sdk.resources import Resource
 
 from collector.app import Collector, CollectorConfig
 from collector.metric_store import StoreConfig
+from otel_llm.profiles import PROFILE_NAMES
 from tests.collector.otlp_builders import counter, request, samples
 from tests.collector.test_metric_store import serve_some
 from tests.harness.prometheus import promtool_check_metrics
@@ -113,17 +114,17 @@ def test_partial_success_and_bad_input_over_both_transports():
         assert "bad0" not in scrape(collector)
 
 
-@pytest.mark.parametrize("profile", ["otel", "vllm"])
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 def test_promtool_check_metrics(profile):
     with new_collector(profile) as collector:
         push_from_servers(collector, {"a": 3, "b": 2})
         findings = promtool_check_metrics(scrape(collector))
     if profile == "otel":
         assert findings == []
-    else:  # only what vLLM's own names cause: the server's own /metrics gets the same findings
+    else:  # only what the copied servers' own names cause: a server's own /metrics gets the same findings
         h = Harness()
         serve_some(h, 3)
-        assert findings and set(findings) <= set(promtool_check_metrics(h.tel.render().decode()))
+        assert findings and set(findings) <= set(promtool_check_metrics(h.tel.render(profile=profile).decode()))
 
 
 @pytest.mark.slow

@@ -215,3 +215,23 @@ def test_a_silent_servers_precreated_series_leave_with_it():
     assert after == {k: v for k, v in before.items() if 'instance="gone"' not in k}
     assert 'vllm:request_success_total{model_name="m",engine="0",finished_reason="stop",job="otel-llm",' \
            'instance="alive"}' in after
+
+
+def test_series_a_profile_leaves_out_are_accepted_never_shown_and_expire():
+    """Triton counts successes only: a sender whose requests all stopped has no failure of its own, yet
+    its failure series are pre-created at 0 (as Triton does at model load); they leave with it."""
+    clock = Clock()
+    store = MetricStore(StoreConfig(profile="triton", expiry_s=60), clock=clock)
+    h = Harness()
+    rid = h.tel.arrival(RequestInfo("r", prompt_tokens=10))
+    h.at(1_000_000_000).scheduled(rid)
+    h.at(1_002_000_000).outputs([rid], 1)
+    h.rec.finished(rid, FinishReason.STOP)
+    h.step(1_002_000_000, 1_003_000_000, 10)
+    assert store.ingest(otlp_of(h, "srv-1")).refused == 0
+    values = without_job_instance(render(store).decode())
+    assert values['nv_inference_request_success{model="m",version="1"}'] == 1
+    assert values['nv_inference_request_failure{model="m",version="1",reason="CANCELED"}'] == 0
+    assert values['nv_inference_request_failure{model="m",version="1",reason="BACKEND"}'] == 0
+    clock.t += 61
+    assert store.expire() > 0 and store.num_series() == 0 and store.families == {}

@@ -9,6 +9,7 @@ import yaml
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from collector.metric_routes import collector_profile
 from collector.otelcol_config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
 from collector.tail_sampler import TailSampler, TailSamplingConfig
 from otel_llm.exposition import _groups
@@ -200,7 +201,7 @@ def _points(inst):
 
 @pytest.mark.parametrize("profile_name", PROFILES)
 def test_every_family_exposes_exactly_the_servers_series(profile_name):
-    config, profile = otelcol_config(profile_name), get_profile(profile_name)
+    config, profile = otelcol_config(profile_name), collector_profile(profile_name)
     families = {f.canonical: f for f in profile.families}
     for inst in instrument_table(8192).values():
         got = {simulate(config, inst.name, a) for a in _points(inst)}
@@ -219,7 +220,7 @@ def test_every_family_exposes_exactly_the_servers_series(profile_name):
 
 @pytest.mark.parametrize("profile_name", PROFILES)
 def test_renames_are_the_profiles(profile_name):
-    config, profile = otelcol_config(profile_name), get_profile(profile_name)
+    config, profile = otelcol_config(profile_name), collector_profile(profile_name)
     table = instrument_table(8192)
     transforms = config["processors"][f"metricstransform/{profile_name}"]["transforms"]
     assert [t["include"] for t in transforms] == [f.canonical for f in profile.families]
@@ -511,6 +512,9 @@ def test_extra_le_bounds_are_the_canonical_bounds_the_profile_drops():
 def test_bad_arguments_raise_naming_the_value():
     with pytest.raises(ValueError, match="'sglang-nope'"):
         otelcol_config("sglang-nope")
+    for name in ("sglang", "tgi", "triton"):  # `part`, `scale`, `only`, copied families: no rename expresses them
+        with pytest.raises(ValueError, match=f"profile '{name}': the otelcol-contrib config supports vllm and otel"):
+            otelcol_config(name)
     with pytest.raises(ValueError, match="'prometheus:9090'"):
         otelcol_config("vllm", remote_write_urls=["prometheus:9090"])
     with pytest.raises(ValueError, match="memory_limit_mib=0"):

@@ -3,11 +3,17 @@ resent before Prometheus would call them stale, and ended with staleness markers
 
 import math
 
+import pytest
+
 from collector.exposition import render
 from collector.metric_store import MetricStore, StoreConfig
 from collector.prw_proto import STALE_NAN
 from collector.remote_write_series import RemoteWriteSeries
+from otel_llm.profiles import PROFILE_NAMES
 from tests.collector.otlp_builders import SEC, counter, histogram, request, samples
+from tests.collector.test_metric_routes import CACHE, drive
+from tests.collector.test_metric_store import otlp_of
+from tests.otel_llm.conftest import Harness
 
 TRACE, SPAN = bytes(range(16)), bytes(range(8))
 
@@ -96,3 +102,17 @@ def test_expired_series_and_their_target_info_get_staleness_markers():
     assert fresh == {"a_total": 2.0, "target_info": 1.0}  # changed, and resent after a minute
     assert all(s.timestamp_ms > 2000 for s in markers if math.isnan(s.value))  # after the last sample
     assert rw.collect(store) == []  # ended once
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_every_profile_remote_writes_the_series_it_shows(profile):
+    """Names (TGI's and Triton's counters without `_total`), labels, scaled values (Triton's us and
+    ms) and bucket bounds: remote-write carries exactly the scrape endpoint's series."""
+    h = Harness(cache_config=CACHE, num_speculative_tokens=3)
+    drive(h)
+    store = MetricStore(StoreConfig(profile=profile))
+    assert store.ingest(otlp_of(h, "srv-1")).refused == 0
+    series = {s.labels: s.value for s in RemoteWriteSeries(clock=Clock()).collect(store)}
+    expected = {k: v for k, v in exposition_samples(store).items() if ("__name__", "target_info") not in k}
+    assert len(expected) > 50 and {k: series[k] for k in expected} == expected
+    assert len(series) == len(expected) + 1  # and the sender's target_info

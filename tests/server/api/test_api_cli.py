@@ -107,3 +107,18 @@ def test_cardinality_limit_flag():
         build_parser().parse_args(["serve", "--cardinality-limit", "0"])
     with pytest.raises(ValueError, match="--cardinality-limit 0"):
         ServerConfig(cardinality_limit=0)
+
+
+def test_kv_cache_metrics_flags():
+    def sample(*args):
+        return config_from_args(build_parser().parse_args(["serve", *args])).engine.kv_cache_metrics_sample
+
+    assert sample() == 0.0 and sample("--kv-cache-metrics-sample", "0.5") == 0.0  # off without --kv-cache-metrics
+    assert sample("--kv-cache-metrics") == 0.01  # vLLM's default rate
+    assert sample("--kv-cache-metrics", "--kv-cache-metrics-sample", "1") == 1.0
+    with pytest.raises(ValueError, match="--kv-cache-metrics-sample 1.5"):
+        sample("--kv-cache-metrics", "--kv-cache-metrics-sample", "1.5")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--kv-cache-metrics-sample", "0"])
+    with pytest.raises(ValueError, match="kv_cache_metrics_sample=2"):
+        EngineConfig(kv_cache_metrics_sample=2)

@@ -115,3 +115,40 @@ def test_fork_shares_blocks_and_copies_the_partial_one_on_write():
     bm.free(parent)
     bm.free(child)
     assert bm.num_free_blocks == 8 and all(r == 0 for r in bm.ref_counts)
+
+
+class Residency:
+    """Records the block manager's residency calls (the real sampler is tested in tests/otel_llm)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def allocated(self, block):
+        self.calls.append(("allocated", block))
+
+    def accessed(self, block):
+        self.calls.append(("accessed", block))
+
+    def evicted(self, block):
+        self.calls.append(("evicted", block))
+
+
+def test_residency_sees_allocation_prefix_hits_and_eviction_as_vllm_reports_them():
+    r = Residency()
+    bm = BlockManager(3, BS, residency=r)
+    a = seq(range(9))
+    bm.allocate_slots(a, 9)
+    first = list(a.block_table)
+    assert r.calls == [c for b in first for c in (("evicted", b), ("allocated", b))]
+    bm.free(a)
+    r.calls.clear()
+    b = seq(range(9))
+    hit = bm.get_computed_blocks(b)
+    bm.allocate_slots(b, 1, hit)
+    # two hits; the last token goes into the first free block: the old partial one, handed out again
+    assert r.calls == [("accessed", first[0]), ("accessed", first[1]), ("evicted", first[2]), ("allocated", first[2])]
+    bm.free(b)
+    r.calls.clear()
+    c = seq(range(100, 112))
+    bm.allocate_slots(c, 12)  # every block handed out again: each evicted, then allocated
+    assert sorted(r.calls) == sorted(c for blk in first for c in (("evicted", blk), ("allocated", blk)))

@@ -104,3 +104,35 @@ def test_steady_decode_steps_take_the_telemetry_fast_path(dummy, make_engine):
     assert len(steady) == 6  # every decode step after the first token and the first snapshot
     body = [t[-4 * 8:] for t in steady]
     assert len(set(body)) == 1  # same four rids, same order
+
+
+def test_kv_cache_metrics_sample_every_block_and_report_evictions(dummy, make_engine):
+    """With a sample rate of 1 every block handed out again is one eviction in the step records."""
+    from otel_llm.kv_residency import KVResidencySampler
+
+    engine = make_engine(block_size=4, num_kv_blocks=16, max_model_len=64, kv_cache_metrics_sample=1.0)
+    tok = dummy.tokenizer
+    retaken = []
+    take = engine.block_manager._take_free_block
+
+    def counting_take():  # blocks already handed out once, handed out again: vLLM's evictions
+        block = take()
+        retaken.append(block)
+        return block
+
+    engine.block_manager._take_free_block = counting_take
+    for rid in range(6):
+        engine.add_request(rid, tok.encode(f"prompt number {rid} is long enough"),
+                           SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    _, _, _, records = run_to_completion(engine)
+    evictions = [StepRecord.from_bytes(t).kv_evictions for t in records]
+    lifetimes = [x for ev in evictions if ev is not None for x in ev.lifetime_ns.tolist()]
+    seen, again = set(), 0
+    for block in retaken:
+        again += block in seen
+        seen.add(block)
+    assert again > 0 and len(lifetimes) == again
+    assert all(x >= 0 for x in lifetimes)
+    assert isinstance(engine.residency, KVResidencySampler)
+    assert make_engine(kv_cache_metrics_sample=0.0).residency is None
+    assert make_engine(kv_cache_metrics_sample=1.0, log_stats=False).residency is None

@@ -1,0 +1,261 @@
+"""PipelineTelemetry: a multi-stage pipeline's own telemetry, at orchestrator scope (vLLM-Omni).
+
+vLLM-Omni's Prometheus design: an orchestrator drives a request through stages (e.g. a
+talker LLM, then a code2wav vocoder), each run by one of its replicas, moving data between
+them over a connector. Its families (`pipeline_families.py`, `vllm:omni_` by default):
+
+- pipeline: requests running and waiting (gauges), requests finished by `finished_reason`
+  (a client disconnect or cancellation counts as `abort`), end-to-end latency;
+- audio, per (stage, replica): TTFP, duration, RTF, frames, worst player underrun,
+  continuity per threshold, skipped requests by reason (`audio_player.py` simulates the
+  listener);
+- cross-stage transfer, per (from_stage, from_replica, to_stage, to_replica) edge, one
+  observation per physical hop: size, sender time, receiver time, in-flight time.
+
+The per-engine `vllm:*` families of each stage's engine come from one `Telemetry` per
+(stage, replica) with `TelemetryConfig.stage_replica` set (`pipeline_stage.py`); serve them
+together with these: `make_metrics_app(stage_telemetries, extra=pipeline.render)`.
+
+Series for a (stage, replica) or an edge appear once it has data; the pipeline gauges and the
+e2e histogram exist from the start (vLLM-Omni binds their model_name child at init). Stage,
+replica and reason values come from outside, so each family keeps at most
+`cardinality_limit` label sets, the rest going into its `otel_metric_overflow="true"` series.
+
+Stats gate: with `PipelineConfig(enabled=False)` (vLLM-Omni's `--log-stats` off) nothing is
+allocated, recorded or rendered: `render` returns b"" and `/metrics` has no omni family at all.
+
+Threads: every method may be called from any thread (the orchestrator thread, the API event
+loop); each takes the one lock of the aggregates briefly. `render` copies under the lock and
+formats off it. Nothing here raises into the caller: bad values are dropped and counted in
+`dropped`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .audio_player import DEFAULT_SAMPLE_RATE, DEFAULT_THRESHOLDS_MS, PlayerResult
+from .cardinality import DEFAULT_CARDINALITY_LIMIT, check_limit
+from .pipeline_families import (
+    AUDIO_CONTINUITY_OK, AUDIO_DURATION, AUDIO_FRAMES, AUDIO_RTF, AUDIO_SKIPPED, AUDIO_TTFP, AUDIO_UNDERRUN, E2E,
+    FAMILIES, PREFIXES, RUNNING, SUCCESS, TRANSFER_IN_FLIGHT, TRANSFER_RX, TRANSFER_SIZE, TRANSFER_TX, WAITING,
+    PipelineFamily,
+)
+from .pipeline_series import SeriesSet, series_lines
+
+logger = logging.getLogger("otel_llm")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Configuration of a pipeline's telemetry. Invalid values raise ValueError at construction.
+
+    - `enabled=False` (vLLM-Omni's `--log-stats` off): nothing is registered or recorded.
+    - `prefix`: `vllm:omni_` (the seed's names) or `vllm_omni:` (vLLM-Omni's later rename).
+    - `continuity_thresholds_ms`: one `audio_continuity_ok_total{threshold_ms}` series each.
+    - `sample_rate`, `sample_width`, `channels`: the streamed PCM format (vLLM-Omni's defaults:
+      24 kHz, s16le, mono); a request may give its own sample rate at `finish`.
+    - `tracer_provider`: an SDK TracerProvider for the pipeline spans; None: no spans.
+    """
+
+    model_name: str
+    enabled: bool = True
+    prefix: str = PREFIXES[0]
+    continuity_thresholds_ms: tuple[int, ...] = DEFAULT_THRESHOLDS_MS
+    sample_rate: int = DEFAULT_SAMPLE_RATE
+    sample_width: int = 2
+    channels: int = 1
+    cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT
+    tracer_provider: Any = None
+    provider_name: str = "otel_llm"
+
+    def __post_init__(self):
+        if not isinstance(self.model_name, str) or not self.model_name:
+            raise ValueError(f"model_name must be a non-empty string, got {self.model_name!r}")
+        if self.prefix not in PREFIXES:
+            raise ValueError(f"prefix must be one of {PREFIXES}, got {self.prefix!r}")
+        thresholds = self.continuity_thresholds_ms
+        if (not isinstance(thresholds, tuple) or not thresholds
+                or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in thresholds)):
+            raise ValueError(f"continuity_thresholds_ms must be a non-empty tuple of ints > 0, got {thresholds!r}")
+        for name in ("sample_rate", "sample_width", "channels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_limit(self.cardinality_limit)
+
+
+class TransferHop(NamedTuple):
+    """One physical transfer between two stage replicas (one chunk over the connector).
+
+    Timestamps are ns of the pipeline's monotonic clock (the orchestrator's process), in order:
+    the sender starts serializing, has submitted to the connector, the receiver starts
+    receiving, has deserialized. tx = tx_end - tx_start, in flight = rx_start - tx_end,
+    rx = rx_end - rx_start.
+    """
+
+    from_stage: str
+    from_replica: str
+    to_stage: str
+    to_replica: str
+    size_bytes: int
+    tx_start_ns: int
+    tx_end_ns: int
+    rx_start_ns: int
+    rx_end_ns: int
+
+
+def valid_hop(hop: TransferHop) -> bool:
+    return (hop.size_bytes >= 0 and hop.tx_start_ns <= hop.tx_end_ns <= hop.rx_start_ns <= hop.rx_end_ns
+            and all(isinstance(v, str) for v in hop[:4]))
+
+
+class PipelineTelemetry:
+    """The pipeline families of one model's pipeline."""
+
+    def __init__(self, config: PipelineConfig, clock=time.monotonic_ns):
+        """`clock`: the orchestrator process's monotonic ns clock (injectable for tests)."""
+        self.config = config
+        self.enabled = config.enabled
+        self.clock = clock
+        self.dropped = 0  # measurements refused: bad values, unknown stage, finished twice
+        if not self.enabled:
+            return
+        self._lock = threading.Lock()
+        self._sets = {f: SeriesSet(f, config.prefix + f.stem, config.cardinality_limit) for f in FAMILIES}
+        self._running = self._waiting = 0
+        model = (config.model_name,)
+        for f in (RUNNING, WAITING, E2E):
+            self._sets[f].touch(model)
+        self.anchor = (time.time_ns(), clock())
+        self.tracer = None
+        if config.tracer_provider is not None:
+            from .pipeline_tracing import PipelineTracer
+            self.tracer = PipelineTracer(config.tracer_provider, config.model_name, config.provider_name, self.anchor)
+
+    # -- request lifecycle (see PipelineRequest) -------------------------------------------
+
+    def arrival(self, request_id: str, trace_headers: dict[str, str] | None = None, audio: bool = False,
+                arrival_ns: int | None = None):
+        """A request entered the pipeline (waiting until a stage starts it). Returns its
+        `PipelineRequest` (a disabled one when stats are off)."""
+        from .pipeline_request import PipelineRequest
+        if not self.enabled:
+            return PipelineRequest(self, request_id, 0, None, audio, live=False)
+        now = self.clock() if arrival_ns is None else arrival_ns
+        identity = None
+        if self.tracer is not None:
+            try:
+                identity = self.tracer.start(trace_headers)
+            except Exception:  # telemetry never breaks the request path
+                logger.exception("otel_llm: pipeline span identity failed (no span for %s)", request_id)
+        with self._lock:
+            self._waiting += 1
+            self._gauges()
+        return PipelineRequest(self, request_id, now, identity, audio)
+
+    def _gauges(self) -> None:
+        model = (self.config.model_name,)
+        self._sets[RUNNING].set(model, self._running)
+        self._sets[WAITING].set(model, self._waiting)
+
+    def _started(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+            self._running += 1
+            self._gauges()
+
+    def _finished(self, started: bool, reason: str, e2e_s: float) -> None:
+        model = self.config.model_name
+        with self._lock:
+            if started:
+                self._running -= 1
+            else:
+                self._waiting -= 1
+            self._gauges()
+            self._sets[SUCCESS].add((model, reason), 1)
+            self._sets[E2E].observe((model,), e2e_s)
+
+    # -- observations ----------------------------------------------------------------------
+
+    def observe_transfer(self, hop: TransferHop) -> None:
+        """One physical hop: one observation in each transfer family for its edge."""
+        if not self.enabled:
+            return
+        if not valid_hop(hop):
+            self._drop()
+            return
+        edge = (self.config.model_name, *hop[:4])
+        with self._lock:
+            self._sets[TRANSFER_SIZE].observe(edge, hop.size_bytes)
+            self._sets[TRANSFER_TX].observe(edge, (hop.tx_end_ns - hop.tx_start_ns) / 1e9)
+            self._sets[TRANSFER_IN_FLIGHT].observe(edge, (hop.rx_start_ns - hop.tx_end_ns) / 1e9)
+            self._sets[TRANSFER_RX].observe(edge, (hop.rx_end_ns - hop.rx_start_ns) / 1e9)
+
+    def observe_audio_ttfp(self, stage: str, replica: str, ttfp_s: float) -> None:
+        """A request's first audio packet, `ttfp_s` after its arrival (once per request)."""
+        if not self.enabled:
+            return
+        if not (math.isfinite(ttfp_s) and ttfp_s >= 0):
+            self._drop()
+            return
+        with self._lock:
+            self._sets[AUDIO_TTFP].observe((self.config.model_name, str(stage), str(replica)), ttfp_s)
+
+    def observe_audio(self, stage: str, replica: str, result: PlayerResult) -> None:
+        """A finished audio response (`audio_player.simulate`; TTFP is `observe_audio_ttfp`'s):
+        frames, duration, RTF, underrun, continuity per threshold; or the skip, with its reason."""
+        if not self.enabled:
+            return
+        figures = (result.duration_s, result.rtf, result.max_underrun_s)
+        if result.frames < 0 or not all(math.isfinite(v) and v >= 0 for v in figures):
+            self._drop()
+            return
+        key = (self.config.model_name, str(stage), str(replica))
+        with self._lock:
+            if result.skipped is not None:
+                self._sets[AUDIO_SKIPPED].add((*key, str(result.skipped)), 1)
+                return
+            self._sets[AUDIO_FRAMES].add(key, result.frames)
+            self._sets[AUDIO_DURATION].observe(key, result.duration_s)
+            self._sets[AUDIO_RTF].observe(key, result.rtf)
+            self._sets[AUDIO_UNDERRUN].observe(key, result.max_underrun_s)
+            for threshold_ms, ok in result.continuity:
+                if ok:
+                    self._sets[AUDIO_CONTINUITY_OK].add((*key, str(threshold_ms)), 1)
+
+    def _drop(self) -> None:
+        with self._lock:
+            self.dropped += 1
+
+    # -- collection ------------------------------------------------------------------------
+
+    def family(self, family: PipelineFamily):
+        """An immutable snapshot of one family's series (`pipeline_series.SeriesSnapshot`)."""
+        with self._lock:
+            return self._sets[family].snapshot()
+
+    @property
+    def overflowed(self) -> dict[str, int]:
+        """Measurements that went into a family's overflow series, by family name (those with any)."""
+        if not self.enabled:
+            return {}
+        with self._lock:
+            return {s.name: s.overflowed for s in self._sets.values() if s.overflowed}
+
+    def render(self, openmetrics: bool = False) -> bytes:
+        """The pipeline families in text format 0.0.4 or OpenMetrics, without `# EOF` (for
+        `make_metrics_app(extra=...)`); b"" when disabled."""
+        if not self.enabled:
+            return b""
+        with self._lock:
+            snaps = [s.snapshot() for s in self._sets.values()]
+        lines: list[str] = []
+        for snap in snaps:
+            series_lines(lines, snap, openmetrics)
+        return ("\n".join(lines) + "\n").encode() if lines else b""

@@ -1,0 +1,167 @@
+"""PipelineRequest: one request's timeline through a pipeline, turned into observations and spans.
+
+Made by `PipelineTelemetry.arrival`. The orchestrator reports stage visits and transfer hops,
+the API server reports audio chunks as it streams them and the finish (or the abort when the
+client goes away). At the finish the request observes its e2e latency and finish reason and,
+for an audio response, the simulated listener's figures (`audio_player.simulate`), then
+emits its span tree (`pipeline_tracing.py`) from the same timestamps.
+
+Threads: any; the request's own lock guards its timeline (held briefly, and only the
+pipeline's lock is taken inside it). Times are ns of the pipeline's monotonic clock; `now_ns`
+arguments default to it. Nothing raises: a call after the finish, or with bad values, is
+dropped and counted in the pipeline's `dropped`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import NamedTuple
+
+from .audio_player import AudioChunk, PlayerResult, simulate
+from .pipeline import PipelineTelemetry, TransferHop, valid_hop
+
+logger = logging.getLogger("otel_llm")
+
+ABORT = "abort"  # vLLM-Omni: client disconnects and cancellations finish as `abort`
+
+
+class StageVisit(NamedTuple):
+    """A stage replica's work on the request; end_ns is 0 while it runs."""
+
+    stage: str
+    replica: str
+    start_ns: int
+    end_ns: int
+
+
+class PipelineRequest:
+    def __init__(self, pipeline: PipelineTelemetry, request_id: str, arrival_ns: int, identity, audio: bool,
+                 live: bool = True):
+        self.pipeline = pipeline
+        self.request_id = request_id
+        self.arrival_ns = arrival_ns
+        self.identity = identity  # (trace id, span id, parent, sampled) or None: no span
+        self.audio = audio  # an audio response: no PCM at the finish counts as skipped
+        self._live = live
+        self._lock = threading.Lock()
+        self.visits: list[StageVisit] = []
+        self.hops: list[TransferHop] = []
+        self._chunks: list[AudioChunk] = []  # (seconds since arrival, PCM bytes)
+        self._audio_at: tuple[str, str] | None = None  # the (stage, replica) streaming audio
+        self._ttfp = False
+        self.finished: tuple[str, int] | None = None  # (reason, finish ns)
+
+    def _now(self, now_ns: int | None) -> int:
+        return self.pipeline.clock() if now_ns is None else now_ns
+
+    def _refuse(self) -> bool:
+        """True (and counted) when the request no longer takes calls; call under the lock."""
+        if self.finished is not None:
+            self.pipeline._drop()
+            return True
+        return False
+
+    def stage_started(self, stage: str, replica: str, now_ns: int | None = None) -> None:
+        """A stage replica started on the request (the first one moves it from waiting to running)."""
+        if not self._live:
+            return
+        with self._lock:
+            if self._refuse():
+                return
+            first = not self.visits
+            self.visits.append(StageVisit(stage, replica, self._now(now_ns), 0))
+            if first:
+                self.pipeline._started()
+
+    def stage_finished(self, stage: str, replica: str, now_ns: int | None = None) -> None:
+        """The stage replica's latest visit ended (dropped when it has none running)."""
+        if not self._live:
+            return
+        with self._lock:
+            if self._refuse():
+                return
+            for i in range(len(self.visits) - 1, -1, -1):
+                v = self.visits[i]
+                if (v.stage, v.replica) == (stage, replica) and not v.end_ns:
+                    self.visits[i] = v._replace(end_ns=max(self._now(now_ns), v.start_ns))
+                    return
+            self.pipeline._drop()
+
+    def transfer(self, hop: TransferHop) -> None:
+        """One physical hop of this request between two stage replicas."""
+        if not self._live:
+            return
+        with self._lock:
+            if self._refuse():
+                return
+            if valid_hop(hop):
+                self.hops.append(hop)
+        self.pipeline.observe_transfer(hop)
+
+    def audio_chunk(self, stage: str, replica: str, pcm_bytes: int, now_ns: int | None = None) -> None:
+        """A streamed audio chunk's last byte went out (or arrived, on the client side). The
+        first non-empty one observes TTFP."""
+        if not self._live:
+            return
+        with self._lock:
+            if self._refuse():
+                return
+            now = self._now(now_ns)
+            if pcm_bytes < 0 or now < self.arrival_ns:
+                self.pipeline._drop()
+                return
+            self._audio_at = (stage, replica)
+            self._chunks.append(AudioChunk((now - self.arrival_ns) / 1e9, pcm_bytes))
+            first = pcm_bytes > 0 and not self._ttfp
+            self._ttfp = self._ttfp or first
+        if first:
+            self.pipeline.observe_audio_ttfp(stage, replica, (now - self.arrival_ns) / 1e9)
+
+    def abort(self, now_ns: int | None = None) -> None:
+        """The client went away or the request was cancelled: finished as `abort`."""
+        self.finish(ABORT, now_ns)
+
+    def finish(self, reason: str = "stop", now_ns: int | None = None, gen_time_s: float | None = None,
+               sample_rate: int | None = None) -> None:
+        """The response is complete (its last byte went out). `reason`: vLLM's finish reason
+        (stop, length, abort, ...). For an audio response that was not aborted, the listener
+        simulation runs here: `gen_time_s` is the audio stage's generation time for RTF (default:
+        its visits' total, else arrival to the last chunk); `sample_rate` overrides the config's."""
+        if not self._live:
+            return
+        pipeline = self.pipeline
+        with self._lock:
+            if self._refuse():
+                return
+            now = max(self._now(now_ns), self.arrival_ns)
+            self.finished = (reason, now)
+            started = bool(self.visits)
+            self.visits = [v if v.end_ns else v._replace(end_ns=max(now, v.start_ns)) for v in self.visits]
+        pipeline._finished(started, str(reason), (now - self.arrival_ns) / 1e9)
+        if reason != ABORT and (self.audio or self._chunks):
+            self._audio_result(gen_time_s, sample_rate)
+        tracer = pipeline.tracer
+        if tracer is not None and self.identity is not None:
+            try:
+                tracer.emit(self)
+            except Exception:  # telemetry never breaks the request path
+                logger.exception("otel_llm: pipeline span failed (dropped) for %s", self.request_id)
+
+    def _audio_result(self, gen_time_s: float | None, sample_rate: int | None) -> None:
+        at = self._audio_at or (self.visits[-1][:2] if self.visits else None)
+        if at is None:  # no stage to put the skip on
+            self.pipeline._drop()
+            return
+        if gen_time_s is None:
+            spent = [v.end_ns - v.start_ns for v in self.visits if (v.stage, v.replica) == at]
+            gen_time_s = sum(spent) / 1e9 if spent else None
+        config = self.pipeline.config
+        try:
+            result: PlayerResult = simulate(self._chunks, sample_rate or config.sample_rate, gen_time_s=gen_time_s,
+                                            sample_width=config.sample_width, channels=config.channels,
+                                            thresholds_ms=config.continuity_thresholds_ms)
+        except ValueError:
+            self.pipeline._drop()
+            return
+        self.pipeline.observe_audio(at[0], at[1], result)

@@ -1,0 +1,14 @@
+"""The text-to-speech pipeline's parts (`otel-llm serve-pipeline`, issue 13).
+
+Public surface: `SynthConfig`, `Synth`, `make_synth`, `ToneSynth`, `EspeakSynth`, `PcmStream`
+(text -> PCM16 at 24 kHz, at once or incrementally), and `audio_chunks` (OpenAI's streamed
+`delta.audio` and `message.audio` payloads).
+"""
+
+from server.pipeline.espeak_synth import EspeakSynth
+from server.pipeline.pcm_stream import PcmStream
+from server.pipeline.synth import Synth, make_synth
+from server.pipeline.synth_config import SynthConfig
+from server.pipeline.tone_synth import ToneSynth
+
+__all__ = ["EspeakSynth", "PcmStream", "Synth", "SynthConfig", "ToneSynth", "make_synth"]

@@ -1,0 +1,241 @@
+"""PipelineTelemetry: exact counts through the SDK, transfer hops, audio, bounds, gate, spans."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from otel_llm.pipeline import PipelineConfig, PipelineTelemetry, TransferHop
+from otel_llm.pipeline_families import FAMILIES
+
+MS = 1_000_000
+SECOND = 1000 * MS
+
+
+class Clock:
+    def __init__(self):
+        self.t = 10 * SECOND
+
+    def __call__(self) -> int:
+        return self.t
+
+
+def pipeline(**config) -> tuple[PipelineTelemetry, Clock]:
+    clock = Clock()
+    return PipelineTelemetry(PipelineConfig("tts", sample_rate=8000, **config), clock=clock), clock
+
+
+def samples(p: PipelineTelemetry) -> dict[tuple[str, tuple], float]:
+    """(sample name, sorted labels) -> value, parsed back from the text exposition."""
+    out = {}
+    for fam in text_string_to_metric_families(p.render().decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(p, name, **labels):
+    return samples(p).get((name, tuple(sorted({"model_name": "tts", **labels}.items()))))
+
+
+def hop(fs, fr, ts, tr, t0, size=5000):
+    return TransferHop(fs, fr, ts, tr, size, t0, t0 + 2 * MS, t0 + 5 * MS, t0 + 6 * MS)
+
+
+def test_requests_finish_by_reason_and_gauges_return_to_zero():
+    p, clock = pipeline()
+    reasons = ["stop"] * 5 + ["length"] * 2 + ["abort"] * 3
+    reqs = [p.arrival(f"r{i}") for i in range(len(reasons))]
+    assert value(p, "vllm:omni_num_requests_waiting") == 10
+    for r in reqs[:6]:
+        r.stage_started("0", "0")
+    assert value(p, "vllm:omni_num_requests_running") == 6 and value(p, "vllm:omni_num_requests_waiting") == 4
+    clock.t += SECOND
+    for r, reason in zip(reqs, reasons):
+        if reason == "abort":
+            r.abort()  # a client disconnect: 2 of them never started
+        else:
+            r.finish(reason)
+    assert value(p, "vllm:omni_requests_success_total", finished_reason="stop") == 5
+    assert value(p, "vllm:omni_requests_success_total", finished_reason="length") == 2
+    assert value(p, "vllm:omni_requests_success_total", finished_reason="abort") == 3
+    assert value(p, "vllm:omni_e2e_request_latency_s_count") == 10
+    assert value(p, "vllm:omni_e2e_request_latency_s_sum") == 10.0
+    assert value(p, "vllm:omni_num_requests_running") == 0 and value(p, "vllm:omni_num_requests_waiting") == 0
+
+
+def test_one_transfer_observation_per_hop_per_edge():
+    p, _ = pipeline()
+    r = p.arrival("r")
+    r.transfer(hop("0", "0", "1", "0", 0))
+    r.transfer(hop("0", "0", "1", "0", 10 * MS, size=70000))
+    r.transfer(hop("0", "1", "1", "1", 20 * MS))
+    edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
+    for fam in ("size_bytes", "tx_s", "rx_s", "in_flight_s"):
+        assert value(p, f"vllm:omni_transfer_{fam}_count", **edge) == 2
+        assert value(p, f"vllm:omni_transfer_{fam}_count", **{**edge, "from_replica": "1", "to_replica": "1"}) == 1
+    assert value(p, "vllm:omni_transfer_size_bytes_sum", **edge) == 75000
+    assert value(p, "vllm:omni_transfer_size_bytes_bucket", **edge, le="65536.0") == 1
+    assert value(p, "vllm:omni_transfer_tx_s_sum", **edge) == pytest.approx(0.004)
+    assert value(p, "vllm:omni_transfer_in_flight_s_sum", **edge) == pytest.approx(0.006)
+    assert value(p, "vllm:omni_transfer_rx_s_sum", **edge) == pytest.approx(0.002)
+
+
+def test_audio_frames_are_the_pcm_samples_and_ttfp_within_e2e():
+    p, clock = pipeline(continuity_thresholds_ms=(50, 100))
+    total = 0
+    for i in range(3):
+        r = p.arrival(f"r{i}", audio=True)
+        clock.t += 100 * MS
+        r.stage_started("1", "0")
+        for k in range(4):
+            clock.t += 125 * MS
+            r.audio_chunk("1", "0", 2000 + 2 * k)
+            total += 2000 + 2 * k
+        clock.t += 10 * MS
+        r.finish("stop")
+    stage = {"stage": "1", "replica": "0"}
+    assert value(p, "vllm:omni_audio_frames_total", **stage) == total // 2
+    assert value(p, "vllm:omni_audio_ttfp_s_count", **stage) == 3
+    assert value(p, "vllm:omni_audio_duration_s_count", **stage) == 3
+    assert value(p, "vllm:omni_audio_rtf_count", **stage) == 3
+    ttfp = value(p, "vllm:omni_audio_ttfp_s_sum", **stage) / 3
+    e2e = value(p, "vllm:omni_e2e_request_latency_s_sum") / 3
+    assert ttfp == pytest.approx(0.225) and ttfp <= e2e
+    for t in ("50", "100"):
+        assert value(p, "vllm:omni_audio_continuity_ok_total", **stage, threshold_ms=t) == 3
+    assert value(p, "vllm:omni_audio_underrun_s_count", **stage) == 3
+
+
+def test_stall_fails_continuity_and_empty_audio_is_skipped():
+    p, clock = pipeline(continuity_thresholds_ms=(100, 500))
+    r = p.arrival("stall", audio=True)
+    r.stage_started("1", "0")
+    for gap in (0, 125, 500, 125):  # 0.375 s late on the third chunk
+        clock.t += gap * MS
+        r.audio_chunk("1", "0", 2000)
+    r.finish()
+    stage = {"stage": "1", "replica": "0"}
+    assert value(p, "vllm:omni_audio_continuity_ok_total", **stage, threshold_ms="100") is None
+    assert value(p, "vllm:omni_audio_continuity_ok_total", **stage, threshold_ms="500") == 1
+    assert value(p, "vllm:omni_audio_underrun_s_sum", **stage) == pytest.approx(0.375)
+    empty = p.arrival("empty", audio=True)
+    empty.stage_started("1", "1")
+    empty.finish()
+    assert value(p, "vllm:omni_audio_skipped_requests_total", stage="1", replica="1", reason="no_audio_data") == 1
+    assert value(p, "vllm:omni_audio_frames_total", stage="1", replica="1") is None
+
+
+def test_abort_keeps_ttfp_and_skips_the_finalize():
+    p, clock = pipeline()
+    r = p.arrival("r", audio=True)
+    clock.t += 300 * MS
+    r.audio_chunk("1", "0", 2000)
+    r.abort()
+    r.finish("stop")  # after the finish: dropped
+    assert value(p, "vllm:omni_audio_ttfp_s_count", stage="1", replica="0") == 1
+    assert value(p, "vllm:omni_audio_frames_total", stage="1", replica="0") is None
+    assert value(p, "vllm:omni_requests_success_total", finished_reason="abort") == 1
+    assert p.dropped == 1
+
+
+def test_series_appear_only_once_they_have_data():
+    p, _ = pipeline()
+    text = p.render().decode()
+    assert "audio" not in text and "transfer" not in text and "requests_success" not in text
+    assert "vllm:omni_e2e_request_latency_s_count" in text  # bound at construction, as vLLM-Omni's
+    r = p.arrival("r", audio=True)
+    r.stage_started("1", "0")
+    r.audio_chunk("1", "0", 2000)
+    r.finish()
+    text = p.render().decode()
+    assert 'replica="0"' in text and 'replica="1"' not in text
+
+
+def test_bad_values_are_dropped_and_counted_never_raised():
+    p, clock = pipeline()
+    r = p.arrival("r", audio=True)
+    r.audio_chunk("1", "0", -5)
+    r.transfer(TransferHop("0", "0", "1", "0", 10, 5, 4, 6, 7))  # tx ends before it starts
+    r.stage_finished("2", "0")  # never started
+    p.observe_audio_ttfp("1", "0", float("nan"))
+    assert p.dropped == 4
+    assert "transfer" not in p.render().decode()
+
+
+def test_cardinality_limit_folds_new_edges_into_the_overflow_series():
+    p, _ = pipeline(cardinality_limit=2)
+    for replica in "0123":
+        p.observe_transfer(hop("0", replica, "1", "0", 0))
+    text = p.render().decode()
+    assert text.count("vllm:omni_transfer_size_bytes_count{") == 3
+    assert 'vllm:omni_transfer_size_bytes_count{otel_metric_overflow="true"} 2' in text
+    assert p.overflowed == {f"vllm:omni_transfer_{f}": 2 for f in ("size_bytes", "tx_s", "rx_s", "in_flight_s")}
+
+
+def test_prefix_option_and_openmetrics():
+    p, _ = pipeline(prefix="vllm_omni:")
+    r = p.arrival("r")
+    r.transfer(hop("0", "0", "1", "0", 0))
+    r.finish()
+    families = {f.name: f for f in parse_openmetrics(p.render(openmetrics=True).decode() + "# EOF\n")}
+    assert {"vllm_omni:requests_success", "vllm_omni:e2e_request_latency_s", "vllm_omni:transfer_tx_s"} <= set(families)
+    assert families["vllm_omni:requests_success"].type == "counter"
+    assert not any(name.startswith("vllm:") for name in families)
+    with pytest.raises(ValueError, match="prefix"):
+        PipelineConfig("m", prefix="omni_")
+
+
+def test_stats_off_allocates_records_and_renders_nothing():
+    p = PipelineTelemetry(PipelineConfig("tts", enabled=False))
+    r = p.arrival("r", audio=True)
+    r.stage_started("0", "0")
+    r.audio_chunk("0", "0", 100)
+    r.transfer(hop("0", "0", "1", "0", 0))
+    r.finish()
+    p.observe_transfer(hop("0", "0", "1", "0", 0))
+    assert p.render() == b"" and p.render(openmetrics=True) == b"" and not hasattr(p, "_sets")
+
+
+def test_family_table_matches_vllm_omni():
+    assert len(FAMILIES) == 15
+    p, _ = pipeline()
+    names = [p.config.prefix + f.stem for f in FAMILIES]
+    assert "vllm:omni_transfer_in_flight_s" in names and "vllm:omni_audio_continuity_ok" in names
+
+
+def test_pipeline_spans_agree_with_the_histograms():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    p, clock = pipeline(tracer_provider=provider)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    r = p.arrival("r", trace_headers={"traceparent": parent}, audio=True)
+    t0 = clock.t
+    clock.t += 10 * MS
+    r.stage_started("0", "0")
+    clock.t += 200 * MS
+    r.stage_finished("0", "0")
+    r.transfer(hop("0", "0", "1", "0", clock.t))
+    clock.t += 6 * MS
+    r.stage_started("1", "0")
+    clock.t += 125 * MS
+    r.audio_chunk("1", "0", 2000)
+    clock.t += 50 * MS
+    r.finish("stop")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"pipeline tts", "stage 0", "stage 1", "transfer 0->1"}
+    root = spans["pipeline tts"]
+    assert root.context.trace_id == 0x0af7651916cd43dd8448eb211c80319c and root.parent.span_id == 0xb7ad6b7169203331
+    assert all(s.parent.span_id == root.context.span_id for s in spans.values() if s is not root)
+    assert (root.end_time - root.start_time) / 1e9 == value(p, "vllm:omni_e2e_request_latency_s_sum")
+    assert clock.t - t0 == root.end_time - root.start_time
+    tx = spans["transfer 0->1"]
+    edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
+    assert (tx.events[1].timestamp - tx.events[0].timestamp) / 1e9 == value(p, "vllm:omni_transfer_in_flight_s_sum",
+                                                                            **edge)
+    assert spans["stage 0"].attributes["otel_llm.pipeline.replica"] == "0"
