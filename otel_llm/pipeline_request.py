@@ -24,6 +24,7 @@ from .pipeline import PipelineTelemetry, TransferHop, valid_hop
 logger = logging.getLogger("otel_llm")
 
 ABORT = "abort"  # vLLM-Omni: client disconnects and cancellations finish as `abort`
+_FOLD_HOPS = 64  # a request's hops observed at once (bounded memory; one lock and 4 bucket searches per batch)
 
 
 class StageVisit(NamedTuple):
@@ -46,7 +47,8 @@ class PipelineRequest:
         self._live = live
         self._lock = threading.Lock()
         self.visits: list[StageVisit] = []
-        self.hops: list[TransferHop] = []
+        self.hops: list[TransferHop] = []  # kept for the span tree (with a span only)
+        self._pending: list[TransferHop] = []  # not yet observed: folded in batches (`_FOLD_HOPS`) and at the finish
         self._chunks: list[AudioChunk] = []  # (seconds since arrival, PCM bytes)
         self._audio_at: tuple[str, str] | None = None  # the (stage, replica) streaming audio
         self._ttfp = False
@@ -89,15 +91,23 @@ class PipelineRequest:
             self.pipeline._drop()
 
     def transfer(self, hop: TransferHop) -> None:
-        """One physical hop of this request between two stage replicas."""
+        """One physical hop of this request between two stage replicas. Observed in batches of
+        `_FOLD_HOPS` and at the finish (a scrape sees a running request's hops up to the last batch)."""
         if not self._live:
             return
         with self._lock:
             if self._refuse():
                 return
-            if valid_hop(hop):
+            if not valid_hop(hop):
+                self.pipeline._drop()
+                return
+            if self.identity is not None:
                 self.hops.append(hop)
-        self.pipeline.observe_transfer(hop)
+            self._pending.append(hop)
+            if len(self._pending) < _FOLD_HOPS:
+                return
+            pending, self._pending = self._pending, []
+        self.pipeline.observe_transfers(pending, checked=True)
 
     def audio_chunk(self, stage: str, replica: str, pcm_bytes: int, now_ns: int | None = None) -> None:
         """A streamed audio chunk's last byte went out (or arrived, on the client side). The
@@ -136,8 +146,10 @@ class PipelineRequest:
                 return
             now = max(self._now(now_ns), self.arrival_ns)
             self.finished = (reason, now)
+            pending, self._pending = self._pending, []
             started = bool(self.visits)
             self.visits = [v if v.end_ns else v._replace(end_ns=max(now, v.start_ns)) for v in self.visits]
+        pipeline.observe_transfers(pending, checked=True)
         pipeline._finished(started, str(reason), (now - self.arrival_ns) / 1e9)
         if reason != ABORT and (self.audio or self._chunks):
             self._audio_result(gen_time_s, sample_rate)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import NamedTuple
 
+import numpy as np
+
 from .cardinality import OVERFLOW, OVERFLOW_LABEL, CardinalityLimiter
 from .exposition import family_header, format_value, label_text
 from .instruments import Kind
@@ -66,6 +68,15 @@ class SeriesSet:
         counts, _ = cell = self._cell(values)
         counts[bisect_left(self.family.buckets, value)] += 1
         cell[1] += value
+
+    def observe_many(self, values: tuple[str, ...], observed: np.ndarray) -> None:
+        """Histogram: many observations of one series at once (finite, checked by the caller)."""
+        counts, _ = cell = self._cell(values)
+        bins = np.bincount(np.searchsorted(self.family.buckets, observed, side="left"),
+                           minlength=len(counts)).tolist()
+        for i, n in enumerate(bins):
+            counts[i] += n
+        cell[1] += float(observed.sum())
 
     def snapshot(self) -> SeriesSnapshot:
         labels = self.family.labels

@@ -1,10 +1,11 @@
-"""`otel-llm` command line: `serve` (the reference server), `collector` (see `collector.cli`),
-`timeline` (see `collector.timeline_cli`) and `demo` (a client).
+"""`otel-llm` command line: `serve` (the reference server), `serve-pipeline` (the same server as
+stage 0 of a two-stage text-to-speech pipeline, `server.pipeline`), `collector` (see
+`collector.cli`), `timeline` (see `collector.timeline_cli`) and `demo` (a client).
 
 This is the one edge where flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`) are read; everything below gets a frozen
-`ServerConfig` (with its `EngineConfig`). A bad value fails here, naming it,
-with exit code 2.
+`ServerConfig` (with its `EngineConfig`), and `serve-pipeline` a `PipelineServerConfig` too.
+A bad value fails here, naming it, with exit code 2.
 """
 
 from __future__ import annotations
@@ -18,20 +19,53 @@ from collector import cli as collector_cli
 from collector import timeline_cli
 from collector.arg_types import int_in, port, positive_float, positive_int
 from otel_llm.custom_buckets import parse_specs
+from otel_llm.pipeline_families import PREFIXES
 from server.config import METRICS_COMPAT, ServerConfig
 from server.engine.config import DTYPES, EngineConfig
 from server.model.specs import BUILTIN_MODELS
+from server.pipeline.pipeline_config import PipelineServerConfig
+from server.pipeline.synth_config import BACKENDS
 
 logger = logging.getLogger("otel_llm.server")
-
-
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-llm", description="OpenTelemetry-first LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the OpenAI-compatible server (API process + engine process)")
+    _add_serve_arguments(sub.add_parser("serve", help="run the OpenAI-compatible server (API process + engine "
+                                                      "process)"))
+    pipeline = sub.add_parser("serve-pipeline", help="run the server as a two-stage text-to-speech pipeline: the "
+                                                     "engine (stage 0) writes text, talker replicas (stage 1) speak "
+                                                     "it (chat requests with modalities [\"text\", \"audio\"])")
+    _add_serve_arguments(pipeline)
+    pipeline.add_argument("--talker-replicas", type=positive_int, default=PipelineServerConfig.talker_replicas,
+                          metavar="N", help="stage-1 replicas (threads); a request stays on the least loaded one "
+                                            "at its arrival (default: 2)")
+    pipeline.add_argument("--talker-backend", choices=BACKENDS, default=PipelineServerConfig.talker_backend,
+                          help="tone: the built-in synthesiser, a note per character (default); espeak: speech "
+                               "from the espeak-ng program, which must be installed")
+    pipeline.add_argument("--omni-metrics-prefix", choices=PREFIXES, default=PipelineServerConfig.omni_metrics_prefix,
+                          help="the pipeline families' prefix: vLLM-Omni's vllm:omni_ (default) or its later "
+                               "vllm_omni:")
+
+    collector_cli.add_parser(sub)
+    timeline_cli.add_parser(sub)
+
+    demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics")
+    demo.add_argument("--url", default="http://127.0.0.1:8000")
+    demo.add_argument("--requests", type=positive_int, default=16)
+    demo.add_argument("--concurrency", type=positive_int, default=8)
+    demo.add_argument("--max-tokens", type=positive_int, default=48)
+    demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    demo.add_argument("--timeline-url", default=None,
+                      help="a collector's request timeline page (http://HOST:16686/ui) that keeps the server's "
+                           "traces: the demo links its requests there")
+    return parser
+
+
+def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    """The flags of `serve`, which `serve-pipeline` shares."""
     serve.add_argument("--model", default="dummy", help=f"{' | '.join(BUILTIN_MODELS)} | a Hugging Face Llama directory")
     serve.add_argument("--served-model-name", default=None, help="name clients use (default: the model's name)")
     serve.add_argument("--host", default="127.0.0.1")
@@ -107,20 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the status of a refused request: 429 Too Many Requests (default), or 503 with "
                             "vLLM's exact body (vLLM answers 503)")
 
-    collector_cli.add_parser(sub)
-    timeline_cli.add_parser(sub)
-
-    demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics")
-    demo.add_argument("--url", default="http://127.0.0.1:8000")
-    demo.add_argument("--requests", type=positive_int, default=16)
-    demo.add_argument("--concurrency", type=positive_int, default=8)
-    demo.add_argument("--max-tokens", type=positive_int, default=48)
-    demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
-    demo.add_argument("--timeline-url", default=None,
-                      help="a collector's request timeline page (http://HOST:16686/ui) that keeps the server's "
-                           "traces: the demo links its requests there")
-    return parser
-
 
 _FLAG_OF_FIELD = {"num_threads": "engine-threads"}  # EngineConfig fields whose flag is not their name
 
@@ -162,7 +182,19 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     )
 
 
-def serve(config: ServerConfig) -> int:
+def pipeline_config_from_args(args: argparse.Namespace) -> PipelineServerConfig:
+    """`serve-pipeline`'s own flags. Raises ValueError naming the bad value (a backend that cannot run too)."""
+    from server.pipeline.synth import make_synth
+    from server.pipeline.synth_config import SynthConfig
+
+    config = PipelineServerConfig(talker_replicas=args.talker_replicas, talker_backend=args.talker_backend,
+                                  omni_metrics_prefix=args.omni_metrics_prefix)
+    make_synth(SynthConfig(backend=config.talker_backend))  # espeak-ng missing: fail before the engine starts
+    return config
+
+
+def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) -> int:
+    """Run the server until SIGINT/SIGTERM; `pipeline`: as `otel-llm serve-pipeline`."""
     from server.engine_process import cap_threads
 
     # One torch thread in the API process (it only tokenizes); the engine gets the rest.
@@ -191,7 +223,7 @@ def serve(config: ServerConfig) -> int:
         if ended:
             logger.warning("shutdown: %d request(s) still in flight after %g s; aborted", ended, clock.drain_s)
 
-    uv_config = uvicorn.Config(create_app(config, client, clock), host=config.host, port=config.port,
+    uv_config = uvicorn.Config(create_app(config, client, clock, pipeline), host=config.host, port=config.port,
                                access_log=config.access_log, log_config=None, http=stamping_protocol(),
                                timeout_graceful_shutdown=clock.drain_s + 1)  # uvicorn's own cut, if ours failed
     try:
@@ -217,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         return timeline_cli.run(args)
     try:
         config = config_from_args(args)
+        pipeline = pipeline_config_from_args(args) if args.command == "serve-pipeline" else None
     except ValueError as exc:
         parser.error(_flag_message(str(exc)))  # exits 2
-    return serve(config)
+    return serve(config, pipeline)
 
 
 if __name__ == "__main__":

@@ -99,20 +99,33 @@ class StreamClient:
         self._idle.clear()
 
 
-async def one_request(client: StreamClient, model: str, req: Req, ignore_eos: bool, sem: asyncio.Semaphore) -> Result:
+AUDIO_OUTPUT = {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "pcm16"}}
+
+
+async def one_request(client: StreamClient, model: str, req: Req, ignore_eos: bool, sem: asyncio.Semaphore,
+                      audio: bool = False) -> Result:
+    """A streamed completion; with `audio`, a streamed chat completion with audio output
+    (`otel-llm serve-pipeline`), whose chunks are its audio deltas (TTFT is then time to first packet)."""
     res = Result()
-    body = {"model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "stream": True,
+    body = {"model": model, "max_tokens": req.max_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": 0.0}
+    if audio:
+        body.update(messages=[{"role": "user", "content": req.prompt}], **AUDIO_OUTPUT)
+    else:
+        body["prompt"] = req.prompt
     if ignore_eos:
         body["ignore_eos"] = True
     async with sem:
         res.t_send = time.perf_counter()
         try:
-            async for now, chunk in client.post_sse("/v1/completions", body):
+            async for now, chunk in client.post_sse("/v1/chat/completions" if audio else "/v1/completions", body):
                 if chunk.get("error"):
                     res.error = str(chunk["error"])[:200]
                     return res
-                if chunk.get("choices"):  # like vLLM's benchmark: a token chunk, even with text "" (the
+                if audio:
+                    if chunk.get("choices") and chunk["choices"][0]["delta"].get("audio", {}).get("data"):
+                        res.times.append(now)  # an audio packet
+                elif chunk.get("choices"):  # like vLLM's benchmark: a token chunk, even with text "" (the
                     res.times.append(now)  # token does not complete a character yet); the usage chunk has none
                 usage = chunk.get("usage")
                 if usage:
@@ -126,8 +139,8 @@ async def one_request(client: StreamClient, model: str, req: Req, ignore_eos: bo
 
 
 async def run_requests(client: StreamClient, model: str, reqs: list[Req], concurrency: int,
-                       ignore_eos: bool, label: str) -> tuple[list[Result], float, float]:
-    """Runs the workload; (results, start, end) on the perf_counter clock."""
+                       ignore_eos: bool, label: str, audio: bool = False) -> tuple[list[Result], float, float]:
+    """Runs the workload (`audio`: see `one_request`); (results, start, end) on the perf_counter clock."""
     sem = asyncio.Semaphore(concurrency)
     start = time.perf_counter()
     done = 0
@@ -137,7 +150,7 @@ async def run_requests(client: StreamClient, model: str, reqs: list[Req], concur
         delay = start + r.arrival_s - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        out = await one_request(client, model, r, ignore_eos, sem)
+        out = await one_request(client, model, r, ignore_eos, sem, audio)
         done += 1
         if done % max(1, len(reqs) // 4) == 0 or done == len(reqs):
             log(f"{label}: {done}/{len(reqs)} done")

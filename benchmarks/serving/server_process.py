@@ -1,4 +1,4 @@
-"""A server this benchmark starts (`python -m server serve`), and the CPU its processes use."""
+"""A server this benchmark starts (`python -m server serve`, or `serve-pipeline`), and the CPU its processes use."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def free_port() -> int:
 
 class ManagedServer:
     def __init__(self, model: str, telemetry_on: bool, otlp_url: str | None, max_num_seqs: int | None,
-                 extra: list[str]):
+                 extra: list[str], command: str = "serve"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.pids: dict[str, int] = {}  # "api", "engine" (not with --in-process): for CPU accounting
-        cmd = [sys.executable, "-m", "server", "serve", "--model", model, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "server", command, "--model", model, "--port", str(self.port)]
         if max_num_seqs:
             cmd += ["--max-num-seqs", str(max_num_seqs)]
         env = dict(os.environ)

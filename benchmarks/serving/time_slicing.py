@@ -19,7 +19,7 @@ from benchmarks.serving.workload import Req, make_prompt
 
 
 def _client_main(conn, url: str, model: str, warm: list[Req], reqs: list[Req], concurrency: int,
-                 ignore_eos: bool, label: str) -> None:
+                 ignore_eos: bool, label: str, audio: bool = False) -> None:
     """A load client in its own process, so that it can be paused with its server: warm-up
     (opens the pooled connections), "ready", wait for "go", run the load, send back
     (results, start, end)."""
@@ -30,10 +30,10 @@ def _client_main(conn, url: str, model: str, warm: list[Req], reqs: list[Req], c
 
     async def main():
         client = StreamClient(url)
-        await run_requests(client, model, warm, concurrency, ignore_eos, f"{label} warmup")
+        await run_requests(client, model, warm, concurrency, ignore_eos, f"{label} warmup", audio)
         conn.send("ready")
         conn.recv()
-        out = await run_requests(client, model, reqs, concurrency, ignore_eos, label)
+        out = await run_requests(client, model, reqs, concurrency, ignore_eos, label, audio)
         await client.aclose()
         return out
 
@@ -79,7 +79,8 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
     second to the next; slicing makes that noise hit every server alike. Client stamps are
     mapped to their server's running time (`running_clock`), so throughput, TTFT, ITL and
     e2e are those of a server that ran alone. Per server: the load summary, its CPU use per
-    token, and (for servers with metrics) whether /metrics counted exactly what the client got."""
+    token, and (for servers with metrics) whether /metrics counted exactly what the client got.
+    With `args.audio` (if present) the load asks for audio output (`otel-llm serve-pipeline`)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -89,7 +90,8 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
     for mode, srv in servers.items():
         conns[mode], child = ctx.Pipe()
         procs[mode] = ctx.Process(target=_client_main, daemon=True, args=(
-            child, srv.url, model, warm, reqs, args.concurrency, args.ignore_eos, f"{label} {mode}"))
+            child, srv.url, model, warm, reqs, args.concurrency, args.ignore_eos, f"{label} {mode}",
+            getattr(args, "audio", False)))
         procs[mode].start()
     for mode, srv in servers.items():
         if conns[mode].recv() != "ready":

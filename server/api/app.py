@@ -1,4 +1,5 @@
-"""`create_app(config)`: the FastAPI application of `otel-llm serve`.
+"""`create_app(config)`: the FastAPI application of `otel-llm serve` (and, with `pipeline`, of
+`otel-llm serve-pipeline`: the engine is stage 0 of a text-to-speech pipeline, `server.pipeline`).
 
 The lifespan starts the engine (process or thread), waits for READY, builds the
 telemetry SDK with the engine's `max_model_len`, and attaches the engine reader
@@ -8,8 +9,9 @@ to this event loop. Routes:
     GET  /v1/models
     GET  /health                                  200; 503 with the reason while the engine is restarting or
                                                   once it will not be (then /v2/health/live is 503 too)
-    GET  /metrics                                 the SDK's Prometheus exposition, then vLLM's http_*
-                                                  and the process_*/python_* families (http_metrics)
+    GET  /metrics                                 the SDK's Prometheus exposition, then (serve-pipeline)
+                                                  the pipeline families, then vLLM's http_* and the
+                                                  process_*/python_* families (http_metrics)
     GET  /v2, /v2/health/{live,ready}, /v2/models/{name}/ready,
          /v2/models[/{name}[/versions/{version}]]/stats    Triton / KServe v2
 """
@@ -47,6 +49,8 @@ from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
 from server.config import ServerConfig
 from server.engine_client import EngineClient
 from server.model import load_tokenizer
+from server.pipeline.pipeline_app import STAGE_REPLICA, PipelineStack
+from server.pipeline.pipeline_config import PipelineServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +83,11 @@ def _restarts_family(client: EngineClient) -> SelfFamily:
                       "Engines started after the engine died or hung (--engine-restarts).", (("", client.restarts),))
 
 
+def _joined(*renders):
+    """One `make_metrics_app(extra=...)` from several: their families in order."""
+    return lambda openmetrics: b"".join(render(openmetrics) for render in renders)
+
+
 class _MetricsEndpoint:
     """Forwards to the SDK's ASGI metrics app (a Route, not a Mount: no 307 to `/metrics/`)."""
 
@@ -86,9 +95,11 @@ class _MetricsEndpoint:
         await scope["app"].state.serving.metrics_app(scope, receive, send)
 
 
-def create_app(config: ServerConfig, client: EngineClient | None = None, clock: ShutdownClock | None = None) -> FastAPI:
+def create_app(config: ServerConfig, client: EngineClient | None = None, clock: ShutdownClock | None = None,
+               pipeline: PipelineServerConfig | None = None) -> FastAPI:
     """The app; `client` is an already started engine (the CLI starts it first so
     engine config errors fail before the port is bound), else the lifespan starts one.
+    `pipeline`: serve audio output through the talker stage (`otel-llm serve-pipeline`).
     The app owns the client either way and closes it at shutdown, within `clock`'s
     timeout (the CLI's `BoundedServer` starts it at the signal; default: at the lifespan's end)."""
     clock = clock or ShutdownClock(config.shutdown_timeout_s)
@@ -102,6 +113,7 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         engine = client
+        stack = None
         if engine is None:
             engine = EngineClient(config)
             await asyncio.to_thread(engine.start)
@@ -121,7 +133,11 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
                 kv_cache_metrics=config.engine.kv_cache_metrics_sample > 0,
                 tracer_provider=tracer_provider,
                 kv_device=_kv_device(config.engine.device),
+                stage_replica=None if pipeline is None else STAGE_REPLICA,
             ))
+            if pipeline is not None:
+                stack = PipelineStack(pipeline, model_name, config.engine.log_stats, config.cardinality_limit,
+                                      tracer_provider, config.log_stats_interval_s)
             engine.attach(asyncio.get_running_loop(), tel)
             reader = None
             exporters = (span_counts,) if tracer_provider is not None else ()
@@ -134,12 +150,16 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
                             reader._export_interval_millis / 1000)
         except BaseException:
             engine.close()
+            if stack is not None:
+                stack.close()
             raise
+        extra = http_metrics.render if stack is None else _joined(stack.render, http_metrics.render)
         app.state.serving = ServingState(
-            config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name),
+            config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name,
+                                               audio=None if stack is None else stack.serving),
             make_metrics_app([tel], config.metrics_compat, lambda: [*exporter_families(exporters),
                                                                    _restarts_family(engine)],
-                             extra=http_metrics.render),
+                             extra=extra),
             model_name, int(time.time()), exporters,
         )
         logger.info("serving %s on http://%s:%d", model_name, config.host, config.port)
@@ -148,6 +168,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
         finally:
             clock.begin()
             await asyncio.to_thread(engine.close)
+            if stack is not None:
+                await asyncio.to_thread(stack.close)
             tel.shutdown()
             flushes = {}
             if reader is not None:  # one last export

@@ -8,7 +8,9 @@ stream (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`).
 Whatever has piled up in the queue is coalesced into one chunk per choice, so a
 slow reader costs fewer writes, not more. If the client goes away before the
 request finished (stream closed, or the connection dropped while waiting for a
-non-streaming body) the request is aborted in the engine.
+non-streaming body) the request is aborted in the engine. A chat request for audio output is
+refused with a 400, unless an `audio` hook makes it (`otel-llm serve-pipeline`'s
+`server.pipeline.pipeline_serving.PipelineServing`): it then consumes the engine's outputs.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ logger = logging.getLogger(__name__)
 _REASONS = {int(r): r.name.lower() for r in FinishReason}
 _INT64 = (-(1 << 63), (1 << 63) - 1)  # what the engine's wire format (server/ipc.py) holds for a seed
 _INT32_MAX = (1 << 31) - 1  # ... and for top_k
-_DONE = "data: [DONE]\n\n"
+SSE_DONE = "data: [DONE]\n\n"
 _INLINE_TOKENIZE_CHARS = 4096  # longer prompts are tokenized off the event loop (~1 ms of tokenizer per 4 KiB)
 
 
@@ -60,15 +62,18 @@ class _Prepared:
     include_usage: bool
 
 
-class _ClientGone(Exception):
+class ClientGone(Exception):
     pass
 
 
 class OpenAIServing:
     """Handlers for the two generation endpoints; event-loop thread only."""
 
-    def __init__(self, client: EngineClient, telemetry, tokenizer, model_name: str):
+    def __init__(self, client: EngineClient, telemetry, tokenizer, model_name: str, audio=None):
+        """`audio`: what makes audio output (`otel-llm serve-pipeline`'s `PipelineServing`: its
+        `serve(prepared, request, batches, audio_output)` answers the request); None: audio is refused."""
         self.client = client
+        self.audio = audio
         self.tel = telemetry
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -91,8 +96,8 @@ class OpenAIServing:
         return await self._serve(p, request, chat=False, content=lambda: [{"role": "user", "content": prompt}])
 
     async def chat(self, req: protocol.ChatCompletionRequest, request: Request) -> Response:
-        _refuse_audio_output(req)
-        self._check(req)
+        audio = self._audio_output(req)
+        self._check(req, audio_ok=audio is not None)
         if not req.messages:
             raise bad_request("messages must be a non-empty list", "messages")
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
@@ -104,16 +109,30 @@ class OpenAIServing:
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         p = self._prepare(req, "chat", f"chatcmpl-{uuid.uuid4().hex}", prompt_ids, max_tokens, param)
-        return await self._serve(p, request, chat=True, content=lambda: messages)
+        return await self._serve(p, request, chat=True, content=lambda: messages, audio=audio)
+
+    def _audio_output(self, req: protocol.ChatCompletionRequest) -> protocol.AudioOutput | None:
+        """The audio the request asks for (None: text only); a 400 naming the field for a bad one, or for
+        any when this server makes no audio."""
+        if self.audio is None:
+            _refuse_audio_output(req)
+            return None
+        try:
+            audio = protocol.audio_output(req)
+        except protocol.InvalidField as exc:
+            raise bad_request(str(exc), exc.param) from None
+        if audio is not None and req.n != 1:
+            raise bad_request(f"n must be 1 with audio output, got {req.n}", "n")
+        return audio
 
     # -- validation --------------------------------------------------------
-    def _check(self, req) -> None:
-        """The model is ours, no field asks for what this server does not do, and the admission limits
-        let it in for now (vLLM's preflight, before tokenizing)."""
+    def _check(self, req, audio_ok: bool = False) -> None:
+        """The model is ours, no field asks for what this server does not do (`audio_ok`: audio output
+        is made), and the admission limits let it in for now (vLLM's preflight, before tokenizing)."""
         if req.model != self.model_name:
             raise OpenAIError(404, f"The model `{req.model}` does not exist.", "model", "model_not_found")
         unsupported = protocol.unsupported_field(req)
-        if unsupported is not None:
+        if unsupported is not None and not (audio_ok and unsupported == "audio"):
             raise bad_request(f"{unsupported} is not supported by this server", unsupported)
         self.admission.check(max(req.n, 1), None)  # checked again in _serve, after the awaits
 
@@ -185,8 +204,10 @@ class OpenAIServing:
         )
 
     # -- serving -----------------------------------------------------------
-    async def _serve(self, p: _Prepared, request: Request, chat: bool, content) -> Response:
-        """`content()`: the input messages ({role, content} dicts), built only when content capture is on."""
+    async def _serve(self, p: _Prepared, request: Request, chat: bool, content,
+                     audio: protocol.AudioOutput | None = None) -> Response:
+        """`content()`: the input messages ({role, content} dicts), built only when content capture is on.
+        With `audio`, the engine's outputs go to the `audio` hook, which answers."""
         if self.client.dead_reason is not None:
             raise OpenAIError(503, f"the engine is not running: {self.client.dead_reason}", code="engine_dead")
         self.admission.check(p.n, p.request_id)  # no await from here to `client.add`: the counts stay true
@@ -216,12 +237,14 @@ class OpenAIServing:
             raise OpenAIError(500, "internal error: the request could not be handed to the engine",
                               code="internal_error") from None
         batches = self._batches(rid, queue, p.n)
+        if audio is not None:
+            return await self.audio.serve(p, request, batches, audio)
         if p.stream:
             return StreamingResponse(self._sse(p, batches, chat), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         try:
-            return await _until_disconnect(request, self._collect(p, batches, chat))
-        except _ClientGone:
+            return await until_disconnect(request, self._collect(p, batches, chat))
+        except ClientGone:
             return Response(status_code=499)
 
     async def _batches(self, rid: int, queue: asyncio.Queue, n: int) -> AsyncIterator[list[ipc.SeqOutput]]:
@@ -274,8 +297,8 @@ class OpenAIServing:
         try:
             if chat:
                 for i in range(p.n):
-                    yield _sse(protocol.chat_chunk(p.request_id, created, model, i, {"role": "assistant", "content": ""},
-                                                   None, with_usage))
+                    yield sse_event(protocol.chat_chunk(p.request_id, created, model, i,
+                                                        {"role": "assistant", "content": ""}, None, with_usage))
             async for batch in batches:
                 per_seq: dict[int, list] = {}
                 for o in batch:
@@ -296,16 +319,16 @@ class OpenAIServing:
                                                     {"content": text} if text or tokens else {}, reason, with_usage)
                     else:
                         chunk = protocol.completion_chunk(p.request_id, created, model, i, text, reason, with_usage)
-                    parts.append(_sse(chunk))
+                    parts.append(sse_event(chunk))
                 if parts:
                     yield "".join(parts)
             if with_usage:
                 obj = "chat.completion.chunk" if chat else "text_completion"
                 use = protocol.usage(len(p.prompt_ids), n_out, n_cached)
-                yield _sse(protocol.usage_chunk(p.request_id, created, model, obj, use))
+                yield sse_event(protocol.usage_chunk(p.request_id, created, model, obj, use))
         except OpenAIError as exc:
-            yield _sse(exc.body())
-        yield _DONE
+            yield sse_event(exc.body())
+        yield SSE_DONE
 
 
 def _refuse_audio_output(req: protocol.ChatCompletionRequest) -> None:
@@ -320,13 +343,13 @@ def _refuse_audio_output(req: protocol.ChatCompletionRequest) -> None:
                           "`otel-llm serve` generates text only", "modalities")
 
 
-def _sse(obj: dict) -> str:
+def sse_event(obj: dict) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
-async def _until_disconnect(request: Request, work):
+async def until_disconnect(request: Request, work):
     """Run `work`; if the client disconnects first, cancel it (its cleanup aborts
-    the engine request) and raise `_ClientGone`."""
+    the engine request) and raise `ClientGone`."""
     task = asyncio.ensure_future(work)
 
     async def disconnected() -> None:
@@ -348,7 +371,7 @@ async def _until_disconnect(request: Request, work):
         await task
     except (asyncio.CancelledError, Exception):
         pass
-    raise _ClientGone
+    raise ClientGone
 
 
 def _semconv_messages(messages: list[dict]) -> str:

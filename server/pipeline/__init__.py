@@ -2,7 +2,10 @@
 
 Public surface: `SynthConfig`, `Synth`, `make_synth`, `ToneSynth`, `EspeakSynth`, `PcmStream`
 (text -> PCM16 at 24 kHz, at once or incrementally), and `audio_chunks` (OpenAI's streamed
-`delta.audio` and `message.audio` payloads).
+`delta.audio` and `message.audio` payloads). The server's own modules: `pipeline_config`
+(`PipelineServerConfig`), `talker` / `talker_session` / `talker_messages` (stage 1's replicas and
+what crosses to them as bytes), `pipeline_serving` (a request through both stages) and
+`pipeline_app` (what `create_app(pipeline=...)` adds).
 """
 
 from server.pipeline.espeak_synth import EspeakSynth

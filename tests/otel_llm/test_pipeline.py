@@ -75,6 +75,8 @@ def test_one_transfer_observation_per_hop_per_edge():
     r.transfer(hop("0", "0", "1", "0", 10 * MS, size=70000))
     r.transfer(hop("0", "1", "1", "1", 20 * MS))
     edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
+    assert value(p, "vllm:omni_transfer_size_bytes_count", **edge) is None  # a request's hops are folded in batches
+    r.finish("stop")
     for fam in ("size_bytes", "tx_s", "rx_s", "in_flight_s"):
         assert value(p, f"vllm:omni_transfer_{fam}_count", **edge) == 2
         assert value(p, f"vllm:omni_transfer_{fam}_count", **{**edge, "from_replica": "1", "to_replica": "1"}) == 1
@@ -83,6 +85,20 @@ def test_one_transfer_observation_per_hop_per_edge():
     assert value(p, "vllm:omni_transfer_tx_s_sum", **edge) == pytest.approx(0.004)
     assert value(p, "vllm:omni_transfer_in_flight_s_sum", **edge) == pytest.approx(0.006)
     assert value(p, "vllm:omni_transfer_rx_s_sum", **edge) == pytest.approx(0.002)
+
+
+def test_a_running_request_hands_over_its_hops_in_bounded_batches():
+    from otel_llm.pipeline_request import _FOLD_HOPS
+
+    p, _ = pipeline()
+    r = p.arrival("r")
+    for i in range(2 * _FOLD_HOPS + 3):
+        r.transfer(hop("0", "0", "1", "0", i * MS))
+    edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
+    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * _FOLD_HOPS
+    assert len(r._pending) == 3 and r.hops == []  # no span: the hops are not kept
+    r.abort()
+    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * _FOLD_HOPS + 3
 
 
 def test_audio_frames_are_the_pcm_samples_and_ttfp_within_e2e():

@@ -9,10 +9,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from server.demo import scrape
 
@@ -26,9 +29,11 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m server serve --model dummy ...`; stopped with SIGINT (graceful)."""
+    """`python -m server serve --model dummy ...` (or another `command`: `serve-pipeline`); stopped with
+    SIGINT (graceful)."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "serve"):
+        self.command = command
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = ["--model", "dummy", "--port", str(self.port), "--log-stats-interval", "3600", *args]
@@ -37,7 +42,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 120.0) -> ServerProcess:
-        self.proc = subprocess.Popen([sys.executable, "-m", "server", "serve", *self.args], cwd=REPO, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "server", self.command, *self.args], cwd=REPO, env=self.env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -92,3 +97,35 @@ def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval_s)
+
+
+class TraceSink(ThreadingHTTPServer):
+    """Minimal OTLP/HTTP protobuf traces endpoint: keeps every span it receives."""
+
+    def __init__(self):
+        self.spans: list = []
+        self.lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                with sink.lock:
+                    for rs in req.resource_spans:
+                        for ss in rs.scope_spans:
+                            sink.spans.extend(ss.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def snapshot(self) -> list:
+        with self.lock:
+            return list(self.spans)

@@ -3,14 +3,10 @@
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import httpx
 import openai
 import pytest
-from api_server_harness import ServerProcess, sample, wait_until
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from api_server_harness import ServerProcess, TraceSink, sample, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -18,41 +14,9 @@ TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN_ID = "b7ad6b7169203331"
 
 
-class _TraceSink(ThreadingHTTPServer):
-    """Minimal OTLP/HTTP protobuf traces endpoint: keeps every span it receives."""
-
-    def __init__(self):
-        self.spans: list = []
-        self.lock = threading.Lock()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-                with sink.lock:
-                    for rs in req.resource_spans:
-                        for ss in rs.scope_spans:
-                            sink.spans.extend(ss.spans)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def snapshot(self) -> list:
-        with self.lock:
-            return list(self.spans)
-
-
 @pytest.fixture(scope="module")
 def sink():
-    s = _TraceSink()
+    s = TraceSink()
     yield s
     s.shutdown()
 

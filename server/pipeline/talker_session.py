@@ -1,0 +1,65 @@
+"""`TalkerSession`: one request's link from stage 0 to its talker replica, on the event loop.
+
+`send` is the sender side of a transfer hop: it serializes the text delta (tx starts), has the
+bytes ready (tx ends) and puts them in the replica's inbox. The replica's `SpeechChunk`s come
+back on `outputs`; `hop(chunk)` joins the sender's and receiver's timestamps into the
+`TransferHop`. The inbox put itself (a few microseconds) counts as in flight: tx ends before it,
+so the receiver can never start before the sender ended (one monotonic clock, causal order).
+
+Threads: event-loop thread only (the replica puts into `outputs` with `call_soon_threadsafe`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from otel_llm.pipeline import TransferHop
+from server.pipeline.talker import Talker
+from server.pipeline.talker_messages import FINAL, SpeechChunk, TextDelta
+
+STAGE_THINKER, STAGE_TALKER = "0", "1"
+THINKER_REPLICA = "0"
+
+
+class TalkerSession:
+    def __init__(self, talker: Talker, voice: str, loop: asyncio.AbstractEventLoop):
+        self.replica = talker.pick()
+        self.outputs: asyncio.Queue = asyncio.Queue()  # SpeechChunks, or an exception that ends the request
+        self._id = talker.new_session_id()
+        self._sent: dict[int, tuple[int, int]] = {}  # seq -> (tx start ns, tx end ns)
+        self._seq = 0
+        self._open = True
+        self.finished = False  # the replica's final chunk came
+        put = self.outputs.put_nowait
+
+        def deliver(chunk: SpeechChunk) -> None:  # on the replica thread
+            try:
+                loop.call_soon_threadsafe(put, chunk)
+            except RuntimeError:  # the loop is closed: the server is gone
+                pass
+
+        self.replica.open(self._id, voice, deliver)
+
+    def send(self, text: str, final: bool) -> None:
+        """One hop: `text` (possibly empty) to the replica; `final` ends the session's text."""
+        seq, self._seq = self._seq, self._seq + 1
+        tx_start = time.monotonic_ns()
+        data = TextDelta(self._id, seq, text, FINAL if final else 0).encode()
+        self._sent[seq] = (tx_start, time.monotonic_ns())
+        self.replica.send(data)
+
+    def hop(self, chunk: SpeechChunk) -> TransferHop:
+        tx_start, tx_end = self._sent.pop(chunk.seq)
+        self.finished = self.finished or chunk.final
+        return TransferHop(STAGE_THINKER, THINKER_REPLICA, STAGE_TALKER, self.replica.name, chunk.size_bytes,
+                           tx_start, tx_end, chunk.rx_start_ns, chunk.rx_end_ns)
+
+    def close(self) -> None:
+        """The request is done with the replica (idempotent); cancelled there if its final chunk had not come."""
+        if not self._open:
+            return
+        self._open = False
+        self.replica.active -= 1
+        if not self.finished:
+            self.replica.cancel(self._id)

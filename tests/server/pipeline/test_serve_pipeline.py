@@ -1,0 +1,223 @@
+"""`otel-llm serve-pipeline` as a user runs it: a real server process, the real `openai` client.
+
+What the client received is checked against what `/metrics` counted: requests by finish reason
+(pipeline and stage 0), one transfer hop per engine output (one token each: the completion tokens
+the client was told about) with the bytes it carried, audio frames (the PCM samples the client
+decoded), TTFP and e2e; a closed stream counts as `abort`; the pipeline's span tree hangs under
+the client's `traceparent`; stats off leaves no pipeline or stage family on `/metrics`."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import openai
+import pytest
+
+from server.cli import build_parser, config_from_args, pipeline_config_from_args
+from server.pipeline.pipeline_config import PipelineServerConfig
+from server.pipeline.talker_messages import HEADER_BYTES
+from tests.harness import promtool_check_metrics
+from tests.server.api.api_server_harness import ServerProcess, TraceSink, sample, wait_until
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_SPAN_ID = "00f067aa0ba902b7"
+AUDIO = {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "pcm16"}}
+STAGE0 = {"stage": "0", "replica": "0"}
+
+
+@pytest.fixture(scope="module")
+def sink():
+    s = TraceSink()
+    yield s
+    s.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(sink):
+    srv = ServerProcess("--otlp-traces-endpoint", f"http://127.0.0.1:{sink.server_address[1]}",
+                        "--log-stats-interval", "1", command="serve-pipeline",
+                        env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server):
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
+        yield c
+
+
+def _streamed(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, str]:
+    """(PCM, transcript, completion tokens, finish reason) of a streamed audio request."""
+    pcm, transcript, reason, tokens = [], [], None, None
+    for chunk in client.chat.completions.create(
+            model="dummy", messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True, **AUDIO}):
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+        if not chunk.choices:
+            continue
+        audio = getattr(chunk.choices[0].delta, "audio", None)
+        if audio:
+            pcm.append(base64.b64decode(audio.data or ""))
+            transcript.append(audio.transcript or "")
+        reason = chunk.choices[0].finish_reason or reason
+    return b"".join(pcm), "".join(transcript), tokens, reason
+
+
+def _whole(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, str]:
+    r = client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": prompt}],
+                                       max_tokens=max_tokens, extra_body={"ignore_eos": True, **AUDIO})
+    choice = r.choices[0]
+    assert choice.message.content is None
+    return (base64.b64decode(choice.message.audio.data), choice.message.audio.transcript, r.usage.completion_tokens,
+            choice.finish_reason)
+
+
+def _totals(metrics: dict) -> dict:
+    return {
+        "success": sample(metrics, "vllm:omni_requests_success_total", finished_reason="length"),
+        "stage0": sample(metrics, "vllm:request_success_total", finished_reason="length", **STAGE0),
+        "hops": sample(metrics, "vllm:omni_transfer_size_bytes_count", from_stage="0", to_stage="1"),
+        "hop_bytes": sample(metrics, "vllm:omni_transfer_size_bytes_sum", from_stage="0", to_stage="1"),
+        "tx": sample(metrics, "vllm:omni_transfer_tx_s_count"),
+        "rx": sample(metrics, "vllm:omni_transfer_rx_s_count"),
+        "in_flight": sample(metrics, "vllm:omni_transfer_in_flight_s_count"),
+        "frames": sample(metrics, "vllm:omni_audio_frames_total", stage="1"),
+        "ttfp_count": sample(metrics, "vllm:omni_audio_ttfp_s_count"),
+        "ttfp_sum": sample(metrics, "vllm:omni_audio_ttfp_s_sum"),
+        "e2e_count": sample(metrics, "vllm:omni_e2e_request_latency_s_count"),
+        "e2e_sum": sample(metrics, "vllm:omni_e2e_request_latency_s_sum"),
+    }
+
+
+@pytest.mark.slow
+def test_metrics_count_exactly_what_the_client_received(server, client):
+    before = _totals(server.metrics())
+    results = [(_streamed if i % 2 else _whole)(client, f"say {i}", 3 + 2 * i) for i in range(6)]
+    after = _totals(server.metrics())
+    delta = {k: after[k] - before[k] for k in after}
+    tokens = sum(r[2] for r in results)
+    assert tokens == sum(3 + 2 * i for i in range(6)) and {r[3] for r in results} == {"length"}
+    assert delta["success"] == 6 and delta["stage0"] == 6  # pipeline and stage 0 agree
+    assert delta["hops"] == tokens  # one hop per engine output, one token each
+    assert delta["tx"] == delta["rx"] == delta["in_flight"] == tokens
+    assert delta["hop_bytes"] == tokens * HEADER_BYTES + sum(len(r[1].encode()) for r in results)
+    assert delta["frames"] == sum(len(r[0]) for r in results) / 2  # PCM16: 2 bytes a sample
+    assert all(r[0] for r in results)
+    assert delta["ttfp_count"] == 6 and delta["e2e_count"] == 6
+    assert 0 < delta["ttfp_sum"] <= delta["e2e_sum"]
+    metrics = server.metrics()
+    for replica in ("0", "1"):  # sequential requests alternate between the idle replicas
+        assert sample(metrics, "vllm:omni_audio_frames_total", stage="1", replica=replica) > 0
+    assert sample(metrics, "vllm:omni_num_requests_running") == 0
+    assert sample(metrics, "vllm:omni_num_requests_waiting") == 0
+    assert sample(metrics, "vllm:omni_audio_skipped_requests_total") == 0
+
+
+@pytest.mark.slow
+def test_closing_the_stream_counts_as_abort(server, client):
+    before = server.metrics()
+    stream = client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "go on"}],
+                                            max_tokens=2000, stream=True, extra_body={"ignore_eos": True, **AUDIO})
+    for chunk in stream:
+        if chunk.choices and getattr(chunk.choices[0].delta, "audio", None):
+            break
+    stream.close()
+
+    def counted(name, **labels):
+        return sample(server.metrics(), name, finished_reason="abort", **labels) - sample(before, name,
+                                                                                          finished_reason="abort",
+                                                                                          **labels)
+    assert wait_until(lambda: counted("vllm:omni_requests_success_total") == 1)
+    assert wait_until(lambda: counted("vllm:request_success_total", **STAGE0) == 1)  # the engine aborted it
+    assert wait_until(lambda: sample(server.metrics(), "vllm:omni_num_requests_running") == 0)
+    assert server.health().json()["in_flight"] == 0
+
+
+@pytest.mark.slow
+def test_text_only_requests_are_served_as_by_serve(server, client):
+    before = sample(server.metrics(), "vllm:request_success_total", **STAGE0)
+    r = client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "text"}], max_tokens=4,
+                                       extra_body={"ignore_eos": True})
+    assert r.choices[0].message.content and r.usage.completion_tokens == 4
+    assert sample(server.metrics(), "vllm:request_success_total", **STAGE0) == before + 1
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "x"}], n=2,
+                                       extra_body=AUDIO)
+    assert exc.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "x"}],
+                                       modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"})
+    assert exc.value.body["param"] == "audio.format"
+
+
+@pytest.mark.slow
+def test_metrics_pass_promtool(server, client):
+    _whole(client, "lint", 3)
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    assert "vllm:omni_transfer_in_flight_s_bucket" in text and 'stage="0",replica="0"' in text
+    findings = promtool_check_metrics(text)  # it parses all of it (else PromtoolError) ...
+    assert [f for f in findings if not f.startswith("vllm:")] == []  # ... and lints only vLLM(-Omni)'s own names
+
+
+@pytest.mark.slow
+def test_span_tree_under_the_client_traceparent(server, sink):
+    r = httpx.post(f"{server.url}/v1/chat/completions", timeout=30,
+                   headers={"traceparent": f"00-{TRACE_ID}-{PARENT_SPAN_ID}-01"},
+                   json={"model": "dummy", "messages": [{"role": "user", "content": "traced"}], "max_tokens": 4,
+                         "ignore_eos": True, **AUDIO})
+    assert r.status_code == 200
+    tokens = r.json()["usage"]["completion_tokens"]
+
+    def tree():
+        spans = [s for s in sink.snapshot() if s.trace_id.hex() == TRACE_ID]
+        root = next((s for s in spans if s.name == "pipeline dummy"), None)
+        if root is None:
+            return None
+        children = [s for s in spans if s.parent_span_id == root.span_id]
+        return (root, spans, children) if len(children) == 2 + tokens else None
+
+    found = wait_until(tree, timeout_s=15)
+    assert found, [s.name for s in sink.snapshot() if s.trace_id.hex() == TRACE_ID]
+    root, spans, children = found
+    http = next(s for s in spans if s.span_id == root.parent_span_id)  # the HTTP SERVER span ...
+    assert http.name == "POST /v1/chat/completions" and http.parent_span_id.hex() == PARENT_SPAN_ID  # ... the client's
+    names = sorted(s.name for s in children)
+    assert names == ["stage 0", "stage 1"] + ["transfer 0->1"] * tokens
+    for s in children:
+        assert root.start_time_unix_nano <= s.start_time_unix_nano <= s.end_time_unix_nano <= root.end_time_unix_nano
+
+
+@pytest.mark.slow
+def test_stats_off_serves_audio_without_pipeline_or_stage_families():
+    srv = ServerProcess("--disable-log-stats", command="serve-pipeline").start()
+    try:
+        with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
+            pcm, transcript, tokens, reason = _streamed(c, "quiet", 5)
+        assert pcm and tokens == 5 and reason == "length"
+        text = httpx.get(f"{srv.url}/metrics", timeout=10).text
+        assert "vllm:omni_" not in text and "vllm:" not in text and 'stage="' not in text
+    finally:
+        srv.stop()
+
+
+def test_cli_flags():
+    args = build_parser().parse_args(["serve-pipeline", "--model", "dummy", "--talker-replicas", "3",
+                                      "--omni-metrics-prefix", "vllm_omni:", "--disable-log-stats"])
+    assert not config_from_args(args).engine.log_stats
+    pipeline = pipeline_config_from_args(args)
+    assert pipeline == PipelineServerConfig(3, "tone", "vllm_omni:")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve-pipeline", "--talker-backend", "piper"])
+
+
+@pytest.mark.slow
+def test_the_periodic_log_has_a_line_per_stage_and_transfer_edge(server, client):
+    _streamed(client, "log line", 8)
+    lines = wait_until(lambda: [line for line in server.output().splitlines() if "Transfer 0:0 -> 1:" in line],
+                       timeout_s=10)
+    assert lines and "Hops: " in lines[-1] and "Avg in-flight: " in lines[-1]
+    out = server.output()
+    assert "Pipeline dummy: Finished: " in out and "Audio 1:" in out
