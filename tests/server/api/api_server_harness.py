@@ -129,3 +129,8 @@ class TraceSink(ThreadingHTTPServer):
     def snapshot(self) -> list:
         with self.lock:
             return list(self.spans)
+
+    def server(self, *args: str, command: str = "serve", env: dict[str, str] | None = None) -> ServerProcess:
+        """A started server exporting its spans here at once (batch delay 100 ms)."""
+        return ServerProcess("--otlp-traces-endpoint", f"http://127.0.0.1:{self.server_address[1]}", *args,
+                             command=command, env={"OTEL_BSP_SCHEDULE_DELAY": "100", **(env or {})}).start()

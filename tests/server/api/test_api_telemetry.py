@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from api_server_harness import ServerProcess, TraceSink, sample, wait_until
+from api_server_harness import TraceSink, sample, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +23,7 @@ def sink():
 
 @pytest.fixture(scope="module")
 def server(sink):
-    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
-    srv = ServerProcess("--otlp-traces-endpoint", endpoint, env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+    srv = sink.server()
     yield srv
     srv.stop()
 
@@ -149,9 +148,7 @@ def test_content_capture_records_prompt_and_every_choice(sink):
     messages and the text of each of the n choices, exactly as the client received them."""
     import json
 
-    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
-    srv = ServerProcess("--otlp-traces-endpoint", endpoint, env={
-        "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}).start()
+    srv = sink.server(env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
     try:
         with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
             r = c.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "capture me"}],
@@ -215,9 +212,7 @@ def test_client_input_does_not_shape_span_names_or_sizes(server, sink):
 
 
 def test_value_length_limit_from_the_environment(sink):
-    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
-    srv = ServerProcess("--otlp-traces-endpoint", endpoint, env={
-        "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100"}).start()
+    srv = sink.server(env={"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "100"})
     try:
         assert _stop_lengths(srv, sink) == [100, 2]
     finally:

@@ -35,9 +35,7 @@ def sink():
 
 @pytest.fixture(scope="module")
 def server(sink):
-    srv = ServerProcess("--otlp-traces-endpoint", f"http://127.0.0.1:{sink.server_address[1]}",
-                        "--log-stats-interval", "1", command="serve-pipeline",
-                        env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+    srv = sink.server("--log-stats-interval", "1", command="serve-pipeline")
     yield srv
     srv.stop()
 
