@@ -46,7 +46,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from collector import otlp_metrics_wire as wire
 from otel_llm.cardinality import OVERFLOW_ATTRIBUTE
 from otel_llm.config import TelemetryConfig
-from otel_llm.exposition import _groups
+from otel_llm.exposition import cache_value, series_groups
 from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, SPEC_DECODE, Instrument, Kind,
     instrument_table,
@@ -139,18 +139,6 @@ class Placement(NamedTuple):
     shown: bool = True  # False: the profile leaves it out (`only`, a cache entry that is not a number)
 
 
-def cache_value(attrs: dict[str, str], keys: tuple[str, ...]) -> float | None:
-    """The product of the cache-config entries `keys` (attributes of the info point); None when one is
-    missing or not a number (the server then leaves the series out)."""
-    value = 1.0
-    for k in keys:
-        try:
-            value *= float(attrs[CACHE_CONFIG_PREFIX + k])
-        except (KeyError, ValueError):
-            return None
-    return value
-
-
 @dataclass(frozen=True)
 class Route:
     """Where one OTLP metric's points go: family, kind, and how attributes become labels."""
@@ -202,7 +190,8 @@ class Route:
         base = tuple((label, source[f]) for label, f in (profile.base_labels if fam.base is None else fam.base))
         base += fam.const
         siblings = tuple(base + pairs + resource.pairs for pairs in self.empty)
-        factor = cache_value(attrs, fam.cache_key) if fam.cache_key else 1.0
+        factor = cache_value({k[len(CACHE_CONFIG_PREFIX):]: v for k, v in attrs.items()
+                              if k.startswith(CACHE_CONFIG_PREFIX)}, fam.cache_key) if fam.cache_key else 1.0
         if factor is None or any(attrs.get(d) not in values for d, values in fam.only.items()):
             return Placement(base + resource.pairs, siblings, shown=False)
         own = []
@@ -255,4 +244,4 @@ class Router:
                       and inst.name not in (LORA_REQUESTS, CACHE_CONFIG_INFO))
         return Route(fam.name, fam.kind(inst), inst.description if fam.help is None else fam.help,
                      None if fam.part else fam.canonical_buckets, self.profile, fam, inst,
-                     empty=tuple(pairs for pairs, _ in _groups(inst, fam)) if precreated else ())
+                     empty=tuple(pairs for pairs, _ in series_groups(inst, fam)) if precreated else ())

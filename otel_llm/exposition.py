@@ -19,6 +19,7 @@ families take their adapter series from `Source.lora`, each bounded the same way
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -72,7 +73,7 @@ def label_text(pairs) -> str:
     return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
 
 
-def _groups(inst: Instrument, fam: Family) -> list[tuple[tuple[tuple[str, str], ...], np.ndarray]]:
+def series_groups(inst: Instrument, fam: Family) -> list[tuple[tuple[tuple[str, str], ...], np.ndarray]]:
     """Series of `inst` grouped by the labels `fam` keeps: [(label pairs, series indices)]."""
     vocab = [DIMENSIONS[d] for d in inst.dims]
     groups: dict[tuple, list[int]] = {}
@@ -117,7 +118,7 @@ class Renderer:
         fine = np.asarray(inst.buckets, np.float64)
         coarse = np.asarray(fam.canonical_buckets or inst.otlp_buckets, np.float64)
         shown = fam.buckets or inst.otlp_buckets  # `le` as the family writes it
-        groups = _groups(inst, fam)
+        groups = series_groups(inst, fam)
         if src.overflow:  # one series, on the bounds every folded source has
             base = (OVERFLOW_LABEL,) + fam.const
             keep = np.isin(coarse, fine)
@@ -192,7 +193,7 @@ class Renderer:
                     lines.extend(p + format_value(0.0 if values is None else values[series].sum() * scale)
                                  for series, p in prepared)
                 else:
-                    v = (_cache_value(src, fam.cache_key) if fam.cache_key
+                    v = (cache_value(dict(src.cache_config), fam.cache_key) if fam.cache_key
                          else src.snapshot.gauges.get(inst.name) or 0.0)
                     if v is not None:
                         lines.extend(p + format_value(v * scale) for _, p in prepared)
@@ -302,9 +303,10 @@ def family_header(lines: list[str], name: str, kind: Kind, help_text: str, openm
     lines.append(f"# TYPE {fname} {kind.value}")
 
 
-def _cache_value(src: Source, keys: tuple[str, ...]) -> float | None:
-    """The product of `keys`' cache_config entries; None when one is missing or not a number."""
-    entries, value = dict(src.cache_config), 1.0
+def cache_value(entries: Mapping[str, str], keys: tuple[str, ...]) -> float | None:
+    """The product of `keys`' cache-config entries; None when one is missing or not a number (the
+    series is then left out)."""
+    value = 1.0
     for k in keys:
         try:
             value *= float(entries[k])

@@ -45,7 +45,7 @@ from vllm.v1.metrics.perf import PerfMetricsProm
 from vllm.v1.spec_decode.metrics import SpecDecodingProm
 
 from .bridge import TEMPORALITIES, attach_reader
-from .exposition import _groups as series_groups
+from .exposition import series_groups
 from .instruments import Kind
 from .profiles import get_profile
 from .prom_families import FamilySet, shim_classes

@@ -12,7 +12,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from collector.metric_routes import collector_profile
 from collector.otelcol_config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
 from collector.tail_sampler import TailSampler, TailSamplingConfig
-from otel_llm.exposition import _groups
+from otel_llm.exposition import series_groups
 from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
@@ -214,7 +214,7 @@ def test_every_family_exposes_exactly_the_servers_series(profile_name):
             base = tuple((label, {"model": "m", "engine": "0"}[f]) for label, f in fam.base)
         if inst.name == CACHE_CONFIG_INFO:
             base = tuple(CACHE_CONFIG.items()) + ((profile.engine_label, "0"),)
-        want = {(target_name(fam), frozenset(base + pairs)) for pairs, _ in _groups(inst, fam)}
+        want = {(target_name(fam), frozenset(base + pairs)) for pairs, _ in series_groups(inst, fam)}
         assert got == want, inst.name
 
 
