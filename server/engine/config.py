@@ -14,7 +14,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 class EngineConfig:
     """How to build an `LLMEngine`. Bad values raise ValueError naming the field and value.
 
-    model: a `server.model.load_model` spec: "dummy", "smollm2", or an existing path (a HF directory).
+    model: a `server.model.load_model` spec: "dummy", "null" (no forward pass: a fixed token
+        cycle, to measure everything else), "smollm2", or an existing path (a HF directory).
     dtype: "auto" (bfloat16 on CUDA, float32 on CPU), or a dtype name.
     device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N".
     num_kv_blocks: None sizes the KV cache from a memory budget (CPU: 1 GiB at most,

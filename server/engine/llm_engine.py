@@ -16,6 +16,7 @@ from .block_manager import BlockManager
 from .config import EngineConfig
 from .model import LlamaModel
 from .model_runner import ModelRunner
+from .null_runner import NullRunner
 from .outputs import RequestOutput, StepOutput
 from .request import Request
 from .sampling import SamplingParams
@@ -59,7 +60,11 @@ class LLMEngine:
                 f"max_model_len={self.max_model_len}: above the model's "
                 f"max_position_embeddings={model_config.max_position_embeddings}"
             )
-        self.runner = ModelRunner(model_config, loaded_model.weights, self.max_model_len, device, dtype, config.seed)
+        if loaded_model.weights is None:  # the "null" model: every step but the forward pass
+            self.runner = NullRunner()
+        else:
+            self.runner = ModelRunner(model_config, loaded_model.weights, self.max_model_len, device, dtype,
+                                      config.seed)
         num_blocks = config.num_kv_blocks or _auto_num_blocks(config, model_config, self.max_model_len, device, dtype)
         if num_blocks * config.block_size < self.max_model_len:
             raise ValueError(

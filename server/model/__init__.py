@@ -2,9 +2,10 @@
 
 ``load_model(spec, dtype)`` returns a ``LoadedModel``: a ``LlamaConfig``,
 Hugging Face-named weights and a ``Tokenizer`` (with streaming
-``IncrementalDecoder``). Specs: ``"dummy"``, ``"smollm2"``, or a local HF
-Llama directory. ``load_tokenizer(spec)`` returns the same ``Tokenizer``
-without loading weights, for a process that only tokenizes.
+``IncrementalDecoder``). Specs: ``"dummy"``, ``"null"`` (the dummy's config and
+tokenizer, no weights), ``"smollm2"``, or a local HF Llama directory.
+``load_tokenizer(spec)`` returns the same ``Tokenizer`` without loading
+weights, for a process that only tokenizes.
 """
 import importlib
 

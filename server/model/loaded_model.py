@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from server.model.config import LlamaConfig, resolve_dtype
-from server.model.specs import BUILTIN_MODELS, DUMMY, SMOLLM2  # noqa: F401 (re-exported)
+from server.model.specs import BUILTIN_MODELS, DUMMY, NULL, SMOLLM2  # noqa: F401 (re-exported)
 from server.model.tokenizer import Tokenizer
 
 
@@ -20,16 +20,18 @@ class LoadedModel:
     ``config.dtype`` (RMSNorm weights in float32). Q/K projections are in HF
     layout, for rotate_half RoPE. ``lm_head.weight`` is absent when
     ``config.tie_word_embeddings``. The tensors are shared: do not mutate.
+    ``weights`` is None for the ``"null"`` model, which has no forward pass: the
+    engine samples its tokens with a ``NullRunner``.
     """
 
     name: str
     config: LlamaConfig
-    weights: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor] | None
     tokenizer: Tokenizer
 
 
 def load_model(spec: str, dtype: str = "float32") -> LoadedModel:
-    """Load ``"dummy"``, ``"smollm2"`` or a local Hugging Face Llama directory.
+    """Load ``"dummy"``, ``"null"``, ``"smollm2"`` or a local Hugging Face Llama directory.
 
     ``dtype`` is ``"float32"`` or ``"bfloat16"``. The served name is the spec, or
     the directory's basename. ``"smollm2"`` may download ~93 MB on first use
@@ -42,7 +44,8 @@ def load_model(spec: str, dtype: str = "float32") -> LoadedModel:
         from server.model import dummy
 
         config = dummy.dummy_config(torch_dtype)
-        return LoadedModel(name, config, dummy.dummy_weights(config), dummy.dummy_tokenizer())
+        weights = None if name == NULL else dummy.dummy_weights(config)
+        return LoadedModel(name, config, weights, dummy.dummy_tokenizer())
     if path.is_dir():
         from server.model.hf_loader import load_hf_dir
 
@@ -76,9 +79,9 @@ def load_tokenizer(spec: str) -> Tokenizer:
 
 def _locate(spec: str) -> tuple[str, Path | None]:
     """The served name of ``spec`` and its GGUF file or HF directory (None: the
-    built-in dummy). May download the smollm2 file; raises ValueError naming the spec."""
-    if spec == DUMMY:
-        return DUMMY, None
+    built-in dummy or null). May download the smollm2 file; raises ValueError naming the spec."""
+    if spec in (DUMMY, NULL):
+        return spec, None
     if spec == SMOLLM2:
         from server.model.smollm2_gguf import ensure_smollm2_gguf
 
@@ -87,5 +90,5 @@ def _locate(spec: str) -> tuple[str, Path | None]:
     if spec and path.is_dir():
         return path.resolve().name, path
     raise ValueError(
-        f"model {spec!r} is not {DUMMY!r}, {SMOLLM2!r} or an existing Hugging Face model directory"
+        f"model {spec!r} is not {DUMMY!r}, {NULL!r}, {SMOLLM2!r} or an existing Hugging Face model directory"
     )

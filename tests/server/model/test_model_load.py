@@ -59,3 +59,10 @@ def test_config_rejects_bad_gqa_ratio():
     fields = {f: getattr(m.config, f) for f in m.config.__dataclass_fields__}
     with pytest.raises(ValueError, match="num_kv_heads"):
         LlamaConfig(**{**fields, "num_kv_heads": 3})
+
+
+def test_null_is_the_dummy_without_weights():
+    null, dummy = load_model("null"), load_model("dummy")
+    assert null.name == "null" and null.weights is None
+    assert null.config == dummy.config
+    assert null.tokenizer.encode("héllo") == dummy.tokenizer.encode("héllo")

@@ -27,10 +27,11 @@ def _assert_same(tok, full):
     assert tok.encode(prompt) == full.encode(prompt)
 
 
-def test_dummy(monkeypatch):
+@pytest.mark.parametrize("spec", ["dummy", "null"])
+def test_dummy(monkeypatch, spec):
     full = load_model("dummy", dtype="float32").tokenizer
     _forbid(monkeypatch, dummy, "dummy_weights")
-    _assert_same(load_tokenizer("dummy"), full)
+    _assert_same(load_tokenizer(spec), full)
 
 
 def test_hf_dir(monkeypatch, tmp_path):

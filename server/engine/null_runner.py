@@ -1,0 +1,37 @@
+"""`NullRunner`: the `ModelRunner` of the `"null"` model, which samples without a forward pass."""
+
+from __future__ import annotations
+
+import torch
+
+from .sampling import SamplingParams
+from .sequence import Sequence
+
+# Output token k of every sequence is CYCLE[k % len(CYCLE)]: ASCII "a".."z", one byte token per
+# character in the dummy tokenizer, never EOS, so max_tokens (or a stop string) ends a request.
+CYCLE = tuple(range(ord("a"), ord("z") + 1))
+
+
+class NullRunner:
+    """`ModelRunner`'s interface with no model, no KV tensors and no sampler.
+
+    The engine around it is unchanged (scheduler, block accounting, detokenization,
+    stop conditions, telemetry), so `"null"` measures everything but the model.
+    Stateless; engine-loop thread only.
+    """
+
+    block_size = 0
+
+    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
+        """No tensors: the block manager's integer accounting is all the KV cache there is."""
+        self.block_size = block_size
+
+    def run(
+        self,
+        seqs: list[Sequence],
+        num_new_tokens: list[int],
+        blocks_to_copy: list[tuple[int, int]],
+        sample_rows: list[tuple[int, SamplingParams, torch.Generator | None]],
+    ) -> list[int]:
+        """One token per sample row: the cycle's token at the sequence's next output position."""
+        return [CYCLE[seqs[k].num_output_tokens % len(CYCLE)] for k, _, _ in sample_rows]
