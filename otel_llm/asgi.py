@@ -35,7 +35,7 @@ def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Itera
     config = telemetries[0].config if telemetries else None
 
     def table(name: str) -> Profile:  # the first Telemetry's: stage/replica Telemetries are served together
-        return telemetries[0].profile(name) if config is not None else get_profile(name, max_len)
+        return config.profile(name) if config is not None else get_profile(name, max_len)
 
     limit = config.cardinality_limit if config is not None else DEFAULT_CARDINALITY_LIMIT
     renderers = {profile: Renderer(table(profile), limit)}  # `?compat=NAME` adds the others

@@ -52,7 +52,7 @@ class TelemetryConfig:
     num_speculative_tokens: int = 0  # vLLM's: > 0 shows the vllm:spec_decode_* families, positions 0..k-1
     kv_cache_metrics: bool = False  # vLLM's --kv-cache-metrics: shows the vllm:kv_block_* residency histograms
     # vLLM-Omni: (stage, replica) of this engine in a multi-stage pipeline; its vllm:* families then carry
-    # `stage` and `replica` instead of `engine` (checked by Telemetry; see otel_llm/pipeline.py)
+    # `stage` and `replica` instead of `engine` (`Profile.stage_replica`; see otel_llm/pipeline.py)
     stage_replica: tuple[str, str] | None = None
 
     def __post_init__(self):
@@ -73,6 +73,9 @@ class TelemetryConfig:
         if not isinstance(self.num_speculative_tokens, int) or not 0 <= self.num_speculative_tokens <= MAX_SPEC_POSITIONS:
             raise ValueError(f"num_speculative_tokens must be an int in 0..{MAX_SPEC_POSITIONS}, "
                              f"got {self.num_speculative_tokens!r}")
+        sr = self.stage_replica
+        if sr is not None and not (isinstance(sr, tuple) and len(sr) == 2 and all(isinstance(v, str) and v for v in sr)):
+            raise ValueError(f"stage_replica must be None or a (stage, replica) pair of non-empty strings, got {sr!r}")
         self.histogram_buckets  # noqa: B018 (validates)
 
     @cached_property
@@ -82,6 +85,8 @@ class TelemetryConfig:
                                        for name, bounds in self.custom_histogram_buckets.items()})
 
     def profile(self, name: str | None = None) -> Profile:
-        """A profile's table under this configuration (default: `metrics_compat`)."""
+        """A profile's table under this configuration (default: `metrics_compat`); with `stage_replica`,
+        its base labels are (model, stage, replica) instead of (model, engine) (vLLM-Omni's reshape)."""
         return get_profile(name or self.metrics_compat, self.max_model_len, self.histogram_buckets,
-                           self.show_hidden_metrics_for_version, self.num_speculative_tokens, self.kv_cache_metrics)
+                           self.show_hidden_metrics_for_version, self.num_speculative_tokens, self.kv_cache_metrics,
+                           self.stage_replica is not None)

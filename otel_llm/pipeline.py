@@ -13,7 +13,7 @@ them over a connector. Its families (`pipeline_families.py`, `vllm:omni_` by def
   observation per physical hop: size, sender time, receiver time, in-flight time.
 
 The per-engine `vllm:*` families of each stage's engine come from one `Telemetry` per
-(stage, replica) with `TelemetryConfig.stage_replica` set (`pipeline_stage.py`); serve them
+(stage, replica) with `TelemetryConfig.stage_replica` set (`Profile.stage_replica`); serve them
 together with these: `make_metrics_app(stage_telemetries, extra=pipeline.render)`.
 
 Series for a (stage, replica) or an edge appear once it has data; the pipeline gauges and the

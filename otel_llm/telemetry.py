@@ -15,15 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 
 from .config import TelemetryConfig
 from .exposition import Renderer, Source
 from .instruments import DIMENSIONS, request_series
 from .lora import LoraRequests, LoraSnapshot
 from .metrics_state import MetricsSnapshot, MetricsState
-from .pipeline_stage import check_stage_replica
-from .profiles import HIDDEN_VLLM, Profile, aggregation_table, hidden_version
+from .profiles import HIDDEN_VLLM, aggregation_table, hidden_version
 from .request import RequestInfo
 from .request_table import RequestTable, operation_index
 from .step import FinishReason, StepRecord, outputs_only_header
@@ -42,7 +40,6 @@ class Telemetry:
         self.config = config
         self._clock = clock
         self.enabled = config.enabled
-        check_stage_replica(config.stage_replica)
         if not self.enabled:
             return
         self._lock = threading.Lock()
@@ -206,12 +203,6 @@ class Telemetry:
         return Source(self.snapshot(), self.table_spec, self.config.model_name, self.config.engine, self.cache_config,
                       self.config.model_version, self.lora_snapshot(), stage=stage, replica=replica)
 
-    def profile(self, name: str | None = None) -> Profile:
-        """A profile's table under this configuration; with `stage_replica` set, its base labels are
-        (model, stage, replica) instead of (model, engine) (vLLM-Omni's reshape)."""
-        profile = self.config.profile(name)
-        return replace(profile, stage_replica=True) if self.config.stage_replica is not None else profile
-
     def render(self, openmetrics: bool = False, profile: str | None = None) -> bytes:
         """This Telemetry's exposition (`profile` defaults to config.metrics_compat)."""
         if not self.enabled:
@@ -219,7 +210,7 @@ class Telemetry:
         name = profile or self.config.metrics_compat
         renderer = self._renderers.get(name)
         if renderer is None:
-            renderer = self._renderers[name] = Renderer(self.profile(name), self.config.cardinality_limit)
+            renderer = self._renderers[name] = Renderer(self.config.profile(name), self.config.cardinality_limit)
         return renderer.render([self.source()], openmetrics)
 
     @property

@@ -184,13 +184,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
 
 def pipeline_config_from_args(args: argparse.Namespace) -> PipelineServerConfig:
     """`serve-pipeline`'s own flags. Raises ValueError naming the bad value (a backend that cannot run too)."""
-    from server.pipeline.synth import make_synth
-    from server.pipeline.synth_config import SynthConfig
-
-    config = PipelineServerConfig(talker_replicas=args.talker_replicas, talker_backend=args.talker_backend,
-                                  omni_metrics_prefix=args.omni_metrics_prefix)
-    make_synth(SynthConfig(backend=config.talker_backend))  # espeak-ng missing: fail before the engine starts
-    return config
+    return PipelineServerConfig(talker_replicas=args.talker_replicas, talker_backend=args.talker_backend,
+                                omni_metrics_prefix=args.omni_metrics_prefix)
 
 
 def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) -> int:

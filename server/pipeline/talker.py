@@ -115,7 +115,7 @@ class Talker:
     (ties go round-robin) and all of the request's text goes there."""
 
     def __init__(self, replicas: int, backend: str):
-        make_synth(SynthConfig(backend=backend))  # "espeak" without espeak-ng fails here, at startup
+        """`backend`: one that can run (`PipelineServerConfig` checks it at startup)."""
         self.replicas = tuple(TalkerReplica(i, backend) for i in range(replicas))
         self._session_ids = itertools.count(1)
         self._next = 0  # where the round-robin among equally loaded replicas starts

@@ -50,7 +50,7 @@ def test_stage_telemetry_families_carry_stage_and_replica_not_engine():
                 if f.name != "vllm:admission_rejections"]
     assert labelled and all(s.labels["stage"] == "1" and s.labels["replica"] == "0" and "engine" not in s.labels
                             for s in labelled)
-    assert tel.profile().base_labels == (("model_name", "model"), ("stage", "stage"), ("replica", "replica"))
+    assert tel.config.profile().base_labels == (("model_name", "model"), ("stage", "stage"), ("replica", "replica"))
 
 
 def test_two_stages_two_replicas_and_the_pipeline_on_one_exposition():
