@@ -97,6 +97,9 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "_idle_before_evict_seconds, _reuse_gap_seconds) over a sample of the blocks")
     serve.add_argument("--kv-cache-metrics-sample", type=positive_float, default=0.01, metavar="RATE",
                        help="with --kv-cache-metrics: the fraction of KV blocks sampled, in (0, 1] (default 0.01)")
+    serve.add_argument("--null-step-ms", type=positive_float, default=None, metavar="MS",
+                       help="with --model null: every engine step takes at least MS milliseconds, as a GPU's "
+                            "forward pass would, to measure the frontend at that step rate (default: no pause)")
     serve.add_argument("--cardinality-limit", type=positive_int, default=ServerConfig.cardinality_limit, metavar="N",
                        help="series per metric for label values from outside (LoRA adapters, model names): "
                             "beyond N they go into one otel_metric_overflow=\"true\" series, counted in "
@@ -157,6 +160,8 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
     """Raises ValueError naming the bad value."""
     if args.kv_cache_metrics_sample > 1:
         raise ValueError(f"--kv-cache-metrics-sample {args.kv_cache_metrics_sample}: must be in (0, 1]")
+    if args.null_step_ms is not None and (args.model != "null" or args.null_step_ms > 60_000):
+        raise ValueError(f"--null-step-ms {args.null_step_ms:g}: needs --model null and at most 60000 ms")
     endpoint = (args.otlp_traces_endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
     metrics_endpoint = (args.otlp_metrics_endpoint or environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
@@ -167,6 +172,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         block_size=args.block_size, max_model_len=args.max_model_len, seed=args.seed,
         log_stats=not args.disable_log_stats, num_threads=args.engine_threads,
         kv_cache_metrics_sample=args.kv_cache_metrics_sample if args.kv_cache_metrics else 0.0,
+        null_step_s=(args.null_step_ms or 0.0) / 1e3,
     )
     return ServerConfig(
         engine=engine, served_model_name=args.served_model_name, host=args.host, port=args.port,

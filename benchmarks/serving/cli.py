@@ -87,7 +87,7 @@ async def _bench(url: str, args, label: str, want_fidelity: bool, pids: dict[str
             log(f"{label}: {name}, {len(reqs)} requests, concurrency {args.concurrency}")
             cpu_before = cpu_seconds(pids)
             load = await run_load(client, model, reqs, args.concurrency, args.ignore_eos, f"{label} {name}")
-            load["server_cpu"] = cpu_per_token(cpu_before, cpu_seconds(pids), load["total_completion_tokens"])
+            load["server_cpu"] = cpu_per_token(cpu_before, cpu_seconds(pids), load)
             after = scrape(scraper, url) if want_fidelity else None
             ttft, e2e = load["ttft_ms"], load["e2e_ms"]
             fid = fidelity(before, after, load, ttft and ttft["mean"] / 1e3, e2e and e2e["mean"] / 1e3)

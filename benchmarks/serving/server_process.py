@@ -105,10 +105,14 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-def cpu_per_token(before: dict[str, float], after: dict[str, float], tokens: int) -> dict:
-    """Server CPU spent during a load, per process: seconds and microseconds per generated token."""
+def cpu_per_token(before: dict[str, float], after: dict[str, float], load: dict) -> dict:
+    """Server CPU spent during a load (`summarize`'s figures), per process: seconds, and microseconds
+    per generated token and per streamed chunk (several tokens share a chunk when the server
+    falls behind its engine, so both are needed to tell a frontend's cost)."""
+    tokens, chunks = load["total_completion_tokens"], load["chunks"]
     out = {}
     for name in before.keys() & after.keys():
         used = after[name] - before[name]
-        out[name] = {"cpu_s": round(used, 3), "us_per_token": round(used * 1e6 / tokens, 2) if tokens else None}
+        out[name] = {"cpu_s": round(used, 3), "us_per_token": round(used * 1e6 / tokens, 2) if tokens else None,
+                     "us_per_chunk": round(used * 1e6 / chunks, 2) if chunks else None}
     return out

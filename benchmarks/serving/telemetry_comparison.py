@@ -52,7 +52,9 @@ def compare_telemetry(args) -> dict:
     for proc in ("api", "engine"):
         per_mode = {m: median([rd[m]["server_cpu"].get(proc, {}).get("us_per_token") for rd in rounds])
                     for m in modes}
-        cpu[proc] = {**per_mode, "ratio_on_vs_off": ratio(per_mode["on"], per_mode["off"])}
+        per_chunk = {m: median([rd[m]["server_cpu"].get(proc, {}).get("us_per_chunk") for rd in rounds])
+                     for m in modes}
+        cpu[proc] = {**per_mode, "ratio_on_vs_off": ratio(per_mode["on"], per_mode["off"]), "us_per_chunk": per_chunk}
     result["server_cpu_us_per_token"] = cpu
     result["counts_exact_every_round"] = all(
         rd["on"]["counts"] and all(c["exact"] for c in rd["on"]["counts"].values()) for rd in rounds)

@@ -133,7 +133,7 @@ def time_sliced(servers: dict, reqs: list[Req], args, label: str, receiver_pid: 
         for mode, srv in servers.items():
             results, start, end = outcome[mode]
             load = summarize([Result(**r) for r in results], start, end, running_clock(windows[mode]))
-            load["server_cpu"] = cpu_per_token(cpu_before[mode], cpu_seconds(srv.pids), load["total_completion_tokens"])
+            load["server_cpu"] = cpu_per_token(cpu_before[mode], cpu_seconds(srv.pids), load)
             load["slices"] = len(windows[mode])
             d = deltas(before[mode], scrape(http, srv.url))
             load["counts"] = d and counts(d, load)

@@ -26,6 +26,9 @@ class EngineConfig:
         the first step and when running/waiting turn to or from 0).
     log_stats: False turns the StepRecorder off (StepOutput.telemetry is None).
     num_threads: torch CPU threads (None: at most 2, leaving one core to the API process).
+    null_step_s: the "null" model only: every step takes at least this long, as a GPU's forward
+        pass would (0: as fast as the engine loop), so the frontend can be measured at a given
+        step rate, one token per stream per step.
     """
 
     model: str = "dummy"
@@ -42,6 +45,7 @@ class EngineConfig:
     seed: int = 0
     num_threads: int | None = None
     kv_cache_metrics_sample: float = 0.0  # vLLM's --kv-cache-metrics(-sample): KV blocks sampled for residency; 0: off
+    null_step_s: float = 0.0
 
     def __post_init__(self) -> None:
         model = self.model
@@ -64,5 +68,10 @@ class EngineConfig:
         rate = self.kv_cache_metrics_sample
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
             raise ValueError(f"kv_cache_metrics_sample={rate!r}: must be in (0, 1] (0: off)")
+        step = self.null_step_s
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step <= 60:
+            raise ValueError(f"null_step_s={step!r}: must be in [0, 60] seconds")
+        if step and model != "null":
+            raise ValueError(f"null_step_s={step!r}: only the null model's steps can be paced (model={model!r})")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r}: must be an int")

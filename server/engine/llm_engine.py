@@ -61,7 +61,7 @@ class LLMEngine:
                 f"max_position_embeddings={model_config.max_position_embeddings}"
             )
         if loaded_model.weights is None:  # the "null" model: every step but the forward pass
-            self.runner = NullRunner()
+            self.runner = NullRunner(config.null_step_s)
         else:
             self.runner = ModelRunner(model_config, loaded_model.weights, self.max_model_len, device, dtype,
                                       config.seed)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .sampling import SamplingParams
@@ -17,10 +19,16 @@ class NullRunner:
 
     The engine around it is unchanged (scheduler, block accounting, detokenization,
     stop conditions, telemetry), so `"null"` measures everything but the model.
-    Stateless; engine-loop thread only.
+    `step_s` > 0 paces it: a step starts at most once per `step_s` (the runner sleeps
+    what the engine loop left of it), like a GPU whose forward pass takes that long.
+    Engine-loop thread only.
     """
 
     block_size = 0
+
+    def __init__(self, step_s: float = 0.0):
+        self.step_s = step_s
+        self._next = 0.0  # monotonic s before which the next step may not end
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
         """No tensors: the block manager's integer accounting is all the KV cache there is."""
@@ -34,4 +42,9 @@ class NullRunner:
         sample_rows: list[tuple[int, SamplingParams, torch.Generator | None]],
     ) -> list[int]:
         """One token per sample row: the cycle's token at the sequence's next output position."""
+        if self.step_s:
+            now = time.monotonic()
+            if now < self._next:
+                time.sleep(self._next - now)
+            self._next = max(now, self._next) + self.step_s
         return [CYCLE[seqs[k].num_output_tokens % len(CYCLE)] for k, _, _ in sample_rows]

@@ -78,6 +78,11 @@ def test_plot_draws_latency_cdfs_and_throughput_from_the_report(tmp_path):
         assert cdf["ttft"] == sorted(cdf["ttft"])
         assert np.mean(cdf["ttft"]) == pytest.approx(run["ttft_ms"]["mean"], abs=1e-3)
         assert np.percentile(cdf["e2e"], 99) == pytest.approx(run["e2e_ms"]["p99"], abs=1e-3)
+        assert run["chunks"] == len(cdf["itl"]) + run["completed"]  # every token chunk, each request's first too
+        for proc in ("api", "engine"):  # CPU per token and per chunk: the same seconds over more tokens
+            cpu = run["server_cpu"][proc]
+            assert cpu["us_per_token"] * run["total_completion_tokens"] == pytest.approx(
+                cpu["us_per_chunk"] * run["chunks"], rel=0.02)
     for name in ("latency_cdf.png", "throughput.png"):
         pixels = _png(tmp_path / name)
         assert pixels.shape[:2] == (400, 1200)  # 12 x 4 in at 100 dpi

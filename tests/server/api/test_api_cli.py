@@ -122,3 +122,21 @@ def test_kv_cache_metrics_flags():
         build_parser().parse_args(["serve", "--kv-cache-metrics-sample", "0"])
     with pytest.raises(ValueError, match="kv_cache_metrics_sample=2"):
         EngineConfig(kv_cache_metrics_sample=2)
+
+
+def test_null_step_flag_paces_only_the_null_model():
+    def step_s(*args):
+        return config_from_args(build_parser().parse_args(["serve", *args])).engine.null_step_s
+
+    assert step_s("--model", "null") == 0.0
+    assert step_s("--model", "null", "--null-step-ms", "8") == 0.008
+    with pytest.raises(ValueError, match="--null-step-ms 8: needs --model null"):
+        step_s("--model", "dummy", "--null-step-ms", "8")
+    with pytest.raises(ValueError, match="--null-step-ms 70000"):
+        step_s("--model", "null", "--null-step-ms", "70000")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--model", "null", "--null-step-ms", "0"])
+    with pytest.raises(ValueError, match="null_step_s=0.01: only the null model"):
+        EngineConfig(model="dummy", null_step_s=0.01)
+    with pytest.raises(ValueError, match="null_step_s=-1"):
+        EngineConfig(model="null", null_step_s=-1)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 
 from engine_helpers import run_to_completion
@@ -66,3 +69,14 @@ def test_telemetry_counts_every_token(null, make_engine):
     assert sum(int(rec.output_num_tokens.sum()) for rec in records) == sum(len(t) for t in tokens.values())
     assert sum(len(rec.finished_rid) for rec in records) == 6
     assert set(reasons.values()) == {FinishReason.LENGTH}
+
+
+def test_a_paced_runner_starts_a_step_at_most_once_per_step_s():
+    """`step_s` is a floor on the step period (a GPU's forward pass); the tokens are the same."""
+    seqs = [SimpleNamespace(num_output_tokens=k) for k in range(3)]
+    rows = [(k, None, None) for k in range(3)]
+    runner, steps = NullRunner(0.02), 6
+    start = time.monotonic()
+    for _ in range(steps):
+        assert runner.run(seqs, [1, 1, 1], [], rows) == list(CYCLE[:3])
+    assert time.monotonic() - start >= 0.02 * (steps - 1)  # the first starts at once; a lower bound, never flaky
