@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.serving.server_process import ManagedServer  # noqa: E402 (after the path is set)
 from benchmarks.serving.summary import median, median_ci90, ratio  # noqa: E402
+from benchmarks.serving.telemetry_comparison import server_cpu_medians  # noqa: E402
 from benchmarks.serving.time_slicing import time_sliced  # noqa: E402
 from benchmarks.serving.workload import poisson_workload  # noqa: E402
 
@@ -78,6 +79,7 @@ def run(args) -> dict:
         "tok_s_per_round": {m: [round(rd[m]["output_token_throughput"]) for rd in rounds] for m in ("off", "on")},
         "mean_e2e_ms_per_round": {m: [round(rd[m]["e2e_ms"]["mean"], 2) for rd in rounds] for m in ("off", "on")},
         "mean_ttfp_ms_per_round": {m: [round(rd[m]["ttft_ms"]["mean"], 2) for rd in rounds] for m in ("off", "on")},
+        "server_cpu_us_per_token": server_cpu_medians(rounds, ("off", "on")),
         "failed_requests": failed, "counts_exact_every_round": counts_exact,
     }
     result["meets_targets"] = (result["throughput_ratio_on_vs_off"] >= THROUGHPUT_TARGET

@@ -62,30 +62,31 @@ def simulate(chunks: Sequence[AudioChunk], sample_rate: int, *, request_arrival_
     if sample_rate <= 0 or sample_width <= 0 or channels <= 0:
         raise ValueError(f"PCM format must be positive: sample_rate={sample_rate!r}, "
                          f"sample_width={sample_width!r}, channels={channels!r}")
-    audible = []
+    bytes_per_s = sample_rate * sample_width * channels
     previous = request_arrival_s
-    for arrival_s, pcm_bytes in chunks:
+    t0 = last = None  # the first and last non-empty chunk's arrival
+    received = 0
+    worst_bytes, events = 0.0, 0
+    for arrival_s, pcm_bytes in chunks:  # one pass: the check and the player together
         if pcm_bytes < 0:
             raise ValueError(f"negative chunk size {pcm_bytes!r}")
         if arrival_s < previous:
             raise ValueError(f"chunk arrival {arrival_s!r} before {previous!r}")
         previous = arrival_s
         if pcm_bytes:
-            audible.append((arrival_s, pcm_bytes))
-    frames = sum(b for _, b in audible) // (sample_width * channels)
+            if t0 is None:
+                t0 = arrival_s
+            deficit_bytes = (arrival_s - t0) * bytes_per_s - received  # as vLLM-Omni computes it
+            if deficit_bytes > 0:
+                worst_bytes = max(worst_bytes, deficit_bytes)
+                events += 1
+            received += pcm_bytes
+            last = arrival_s
+    frames = received // (sample_width * channels)
     if frames == 0:
         return PlayerResult(0, 0.0, 0.0, 0.0, 0.0, 0, (), NO_AUDIO_DATA)
-    bytes_per_s = sample_rate * sample_width * channels
-    t0 = audible[0][0]
-    received = 0
-    worst, events = 0.0, 0
-    for arrival_s, pcm_bytes in audible:
-        deficit_bytes = (arrival_s - t0) * bytes_per_s - received  # as vLLM-Omni computes it
-        if deficit_bytes > 0:
-            worst = max(worst, deficit_bytes / bytes_per_s)
-            events += 1
-        received += pcm_bytes
+    worst = worst_bytes / bytes_per_s
     duration_s = frames / sample_rate
-    gen_s = audible[-1][0] - request_arrival_s if gen_time_s is None else gen_time_s
+    gen_s = last - request_arrival_s if gen_time_s is None else gen_time_s
     return PlayerResult(frames, duration_s, t0 - request_arrival_s, gen_s / duration_s if duration_s > 0 else 0.0,
                         worst, events, tuple((int(t), worst <= t / 1000) for t in thresholds_ms))

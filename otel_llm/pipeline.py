@@ -158,10 +158,10 @@ class PipelineTelemetry:
                 logger.exception("otel_llm: pipeline span identity failed (no span for %s)", request_id)
         with self._lock:
             self._waiting += 1
-            self._gauges()
         return PipelineRequest(self, request_id, now, identity, audio)
 
     def _gauges(self) -> None:
+        """The running/waiting gauges take the counts when read (a snapshot), not at every change."""
         model = (self.config.model_name,)
         self._sets[RUNNING].set(model, self._running)
         self._sets[WAITING].set(model, self._waiting)
@@ -170,7 +170,6 @@ class PipelineTelemetry:
         with self._lock:
             self._waiting -= 1
             self._running += 1
-            self._gauges()
 
     def _finished(self, started: bool, reason: str, e2e_s: float) -> None:
         model = self.config.model_name
@@ -179,7 +178,6 @@ class PipelineTelemetry:
                 self._running -= 1
             else:
                 self._waiting -= 1
-            self._gauges()
             self._sets[SUCCESS].add((model, reason), 1)
             self._sets[E2E].observe((model,), e2e_s)
 
@@ -189,29 +187,46 @@ class PipelineTelemetry:
         """One physical hop: one observation in each transfer family for its edge."""
         self.observe_transfers([hop])
 
-    def observe_transfers(self, hops: list[TransferHop], checked: bool = False) -> None:
-        """Physical hops, each one observation in each transfer family for its edge; folded at once
-        (a request hands over its hops in batches: one per token would cost a lock and four
-        bucket searches per token). `checked`: every hop already passed `valid_hop`."""
+    def observe_transfers(self, hops: list[TransferHop]) -> None:
+        """Physical hops, each one observation in each transfer family for its edge; validated and
+        folded at once per edge (a request hands over its hops in batches: per token, a lock, the
+        checks and four bucket searches would cost more than the token). A hop that `valid_hop`
+        refuses is dropped (counted)."""
         if not self.enabled or not hops:
             return
-        good = hops if checked else [h for h in hops if valid_hop(h)]
-        if len(good) < len(hops):
-            with self._lock:
-                self.dropped += len(hops) - len(good)
-        by_edge: dict[tuple, list[TransferHop]] = {}
-        for h in good:
-            by_edge.setdefault(h[:4], []).append(h)
-        model = self.config.model_name
+        by_edge: dict[tuple, list] = {}
+        for h in hops:
+            by_edge.setdefault(h[:4], []).append(h[4:])
         for edge, group in by_edge.items():
-            a = np.array([h[4:] for h in group], np.int64)  # size, tx start, tx end, rx start, rx end
-            size, tx0, tx1, rx0, rx1 = a.T
+            try:
+                rows = np.array(group, np.int64)
+            except (TypeError, ValueError, OverflowError):  # some hop has a value that is no integer
+                rows = np.array([g for g in group if all(isinstance(x, (int, np.integer)) for x in g)], np.int64)
+                self._drop(len(group) - len(rows))
+            self.observe_transfer_rows(edge, rows.reshape(-1, 5))
+
+    def observe_transfer_rows(self, edge: tuple[str, str, str, str], rows: np.ndarray) -> np.ndarray:
+        """Hops on one edge (from_stage, from_replica, to_stage, to_replica) as an [n, 5] int64 array
+        of (size_bytes, tx_start_ns, tx_end_ns, rx_start_ns, rx_end_ns) rows, observed at once.
+        Returns the rows kept: those `valid_hop` would pass (the others are dropped, counted)."""
+        if not self.enabled or not len(rows):
+            return rows[:0]
+        if len(edge) != 4 or not all(type(x) is str for x in edge):
+            self._drop(len(rows))
+            return rows[:0]
+        ok = (rows[:, 0] >= 0) & (rows[:, 1] <= rows[:, 2]) & (rows[:, 2] <= rows[:, 3]) & (rows[:, 3] <= rows[:, 4])
+        if not ok.all():
+            self._drop(int(len(ok) - ok.sum()))
+            rows = rows[ok]
+        if len(rows):
+            size, tx0, tx1, rx0, rx1 = rows.T
+            key = (self.config.model_name, *edge)
             with self._lock:
-                key = (model, *edge)
                 self._sets[TRANSFER_SIZE].observe_many(key, size.astype(np.float64))
                 self._sets[TRANSFER_TX].observe_many(key, (tx1 - tx0) / 1e9)
                 self._sets[TRANSFER_IN_FLIGHT].observe_many(key, (rx0 - tx1) / 1e9)
                 self._sets[TRANSFER_RX].observe_many(key, (rx1 - rx0) / 1e9)
+        return rows
 
     def observe_audio_ttfp(self, stage: str, replica: str, ttfp_s: float) -> None:
         """A request's first audio packet, `ttfp_s` after its arrival (once per request)."""
@@ -245,15 +260,17 @@ class PipelineTelemetry:
                 if ok:
                     self._sets[AUDIO_CONTINUITY_OK].add((*key, str(threshold_ms)), 1)
 
-    def _drop(self) -> None:
-        with self._lock:
-            self.dropped += 1
+    def _drop(self, n: int = 1) -> None:
+        if n:
+            with self._lock:
+                self.dropped += n
 
     # -- collection ------------------------------------------------------------------------
 
     def family(self, family: PipelineFamily):
         """An immutable snapshot of one family's series (`pipeline_series.SeriesSnapshot`)."""
         with self._lock:
+            self._gauges()
             return self._sets[family].snapshot()
 
     @property
@@ -270,6 +287,7 @@ class PipelineTelemetry:
         if not self.enabled:
             return b""
         with self._lock:
+            self._gauges()
             snaps = [s.snapshot() for s in self._sets.values()]
         lines: list[str] = []
         for snap in snaps:

@@ -18,6 +18,8 @@ import logging
 import threading
 from typing import NamedTuple
 
+import numpy as np
+
 from .audio_player import AudioChunk, PlayerResult, simulate
 from .pipeline import PipelineTelemetry, TransferHop, valid_hop
 
@@ -91,23 +93,46 @@ class PipelineRequest:
             self.pipeline._drop()
 
     def transfer(self, hop: TransferHop) -> None:
-        """One physical hop of this request between two stage replicas. Observed in batches of
-        `_FOLD_HOPS` and at the finish (a scrape sees a running request's hops up to the last batch)."""
+        """One physical hop of this request between two stage replicas. Checked and observed in
+        batches of `_FOLD_HOPS` and at the finish (a scrape sees a running request's hops up to the
+        last batch); a bad one is dropped then (counted), and never drawn as a span."""
         if not self._live:
             return
         with self._lock:
             if self._refuse():
                 return
-            if not valid_hop(hop):
-                self.pipeline._drop()
-                return
-            if self.identity is not None:
+            if self.identity is not None and valid_hop(hop):
                 self.hops.append(hop)
             self._pending.append(hop)
             if len(self._pending) < _FOLD_HOPS:
                 return
             pending, self._pending = self._pending, []
-        self.pipeline.observe_transfers(pending, checked=True)
+        self.pipeline.observe_transfers(pending)
+
+    def transfers(self, edge: tuple[str, str, str, str], rows) -> None:
+        """Physical hops of this request on one edge (from_stage, from_replica, to_stage,
+        to_replica), observed at once: for a sender that batches its hops (one call per batch
+        instead of one per token). `rows`: (size_bytes, tx_start_ns, tx_end_ns, rx_start_ns,
+        rx_end_ns) per hop, as an [n, 5] integer array or a flat sequence of 5n integers (an
+        `array('q')`). Bad hops are dropped (counted) and never drawn as spans; rows that are not
+        whole hops drop the batch (counted once)."""
+        if not self._live:
+            return
+        try:
+            a = np.asarray(rows, np.int64).reshape(-1, 5)
+        except (TypeError, ValueError, OverflowError):
+            self.pipeline._drop()
+            return
+        if not len(a):
+            return
+        with self._lock:
+            if self._refuse():
+                return
+        kept = self.pipeline.observe_transfer_rows(tuple(edge), a)
+        if self.identity is not None and len(kept):
+            hops = [TransferHop(*edge, *row) for row in kept.tolist()]
+            with self._lock:
+                self.hops.extend(hops)
 
     def audio_chunk(self, stage: str, replica: str, pcm_bytes: int, now_ns: int | None = None) -> None:
         """A streamed audio chunk's last byte went out (or arrived, on the client side). The
@@ -149,7 +174,7 @@ class PipelineRequest:
             pending, self._pending = self._pending, []
             started = bool(self.visits)
             self.visits = [v if v.end_ns else v._replace(end_ns=max(now, v.start_ns)) for v in self.visits]
-        pipeline.observe_transfers(pending, checked=True)
+        pipeline.observe_transfers(pending)
         pipeline._finished(started, str(reason), (now - self.arrival_ns) / 1e9)
         if reason != ABORT and (self.audio or self._chunks):
             self._audio_result(gen_time_s, sample_rate)

@@ -81,6 +81,8 @@ class StepRecorder:
         if not self.enabled:
             return
         rid = np.asarray(rids, dtype=np.int64)
+        if type(num_new_tokens) in (list, tuple) and num_new_tokens.count(1) == len(num_new_tokens) == len(rid):
+            num_new_tokens = 1  # an engine's per-request counts, all ones (plain decode): no array work
         if isinstance(num_new_tokens, int) and num_new_tokens == 1:
             n = ones_i4(len(rid))
         else:

@@ -48,14 +48,7 @@ def compare_telemetry(args) -> dict:
             result[f"{prefix}p99_itl_ratio_per_round"] = [round(x, 4) for x in itl]
     result["tok_s_per_round"] = {m: [round(rd[m]["output_token_throughput"]) for rd in rounds] for m in modes}
     result["p99_itl_ms_per_round"] = {m: [round(p99(rd[m]), 3) for rd in rounds] for m in modes}
-    cpu = {}
-    for proc in ("api", "engine"):
-        per_mode = {m: median([rd[m]["server_cpu"].get(proc, {}).get("us_per_token") for rd in rounds])
-                    for m in modes}
-        per_chunk = {m: median([rd[m]["server_cpu"].get(proc, {}).get("us_per_chunk") for rd in rounds])
-                     for m in modes}
-        cpu[proc] = {**per_mode, "ratio_on_vs_off": ratio(per_mode["on"], per_mode["off"]), "us_per_chunk": per_chunk}
-    result["server_cpu_us_per_token"] = cpu
+    result["server_cpu_us_per_token"] = server_cpu_medians(rounds, modes)
     result["counts_exact_every_round"] = all(
         rd["on"]["counts"] and all(c["exact"] for c in rd["on"]["counts"].values()) for rd in rounds)
     result["failed_requests"] = sum(rd[m]["failed"] for rd in rounds for m in modes)
@@ -68,3 +61,15 @@ def compare_telemetry(args) -> dict:
     result["span_names"] = span_names
     result["rounds"] = rounds
     return result
+
+
+def server_cpu_medians(rounds: list[dict], modes) -> dict:
+    """Per server process: the median over rounds of its CPU per token in each mode, on/off, and per chunk."""
+    cpu = {}
+    for proc in ("api", "engine"):
+        def med(key: str) -> dict:
+            return {m: median([rd[m]["server_cpu"].get(proc, {}).get(key) for rd in rounds]) for m in modes}
+        per_token = med("us_per_token")
+        cpu[proc] = {**per_token, "ratio_on_vs_off": ratio(per_token["on"], per_token["off"]),
+                     "us_per_chunk": med("us_per_chunk")}
+    return cpu

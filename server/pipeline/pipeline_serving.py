@@ -8,8 +8,9 @@
 2. The forward task sends every engine output of the request to the replica as one transfer hop
    (`TalkerSession.send`: its text as bytes, even empty; the last one final). So with one token
    per engine step a request makes as many hops as it has completion tokens.
-3. The response reads the replica's `SpeechChunk`s (a hop and the stage-1 visit recorded for each)
-   and writes them: streamed as `delta.audio` chunks (base64 PCM and transcript), then the
+3. The response reads the replica's `SpeechChunk`s (each completes a hop; the hops are handed to
+   telemetry `HOPS_PER_CALL` at a time and at the last chunk, or when the client goes away; the
+   stage-1 visit is recorded) and writes them: streamed as `delta.audio` chunks (base64 PCM and transcript), then the
    `expires_at` update, the finish chunk, usage if asked for and `[DONE]`; or at once as
    `message.audio`. Each PCM chunk is reported (`PipelineRequest.audio_chunk`) once written, and
    the request finishes with the engine's reason after its last byte went out.
@@ -41,6 +42,7 @@ from server.pipeline.talker import Talker
 from server.pipeline.talker_session import STAGE_TALKER, STAGE_THINKER, THINKER_REPLICA, TalkerSession
 
 logger = logging.getLogger(__name__)
+HOPS_PER_CALL = 64  # a request's hops are observed in batches: per token, a call would cost more than the token
 
 
 @dataclass
@@ -65,7 +67,7 @@ class PipelineServing:
         preq = self.tel.arrival(p.request_id, getattr(request.state, "trace_headers", None), audio=True,
                                 arrival_ns=getattr(request.state, "arrival_ns", None))
         preq.stage_started(STAGE_THINKER, THINKER_REPLICA)
-        session = TalkerSession(self.talker, audio.voice, asyncio.get_running_loop())
+        session = TalkerSession(self.talker, audio.voice, asyncio.get_running_loop(), record_hops=self.tel.enabled)
         outcome = _Outcome()
         forward = asyncio.ensure_future(self._forward(batches, session, preq, outcome))
         if p.stream:
@@ -105,14 +107,17 @@ class PipelineServing:
             for c in chunks:
                 if isinstance(c, OpenAIError):
                     raise c
-                preq.transfer(session.hop(c))
+                session.received(c)
                 if not started:
                     preq.stage_started(STAGE_TALKER, replica, c.work_start_ns)
                     started = True
                 if c.final:
+                    _hand_over_hops(preq, session)
                     preq.stage_finished(STAGE_TALKER, replica, c.done_ns)
                     if c.error is not None:
                         raise OpenAIError(500, f"speech synthesis failed: {c.error}", code="talker_error")
+            if session.num_hops >= HOPS_PER_CALL:
+                _hand_over_hops(preq, session)
             yield chunks
             if chunks[-1].final:
                 return
@@ -169,6 +174,7 @@ class PipelineServing:
                 await forward
             except OpenAIError:
                 ended = True
+                _hand_over_hops(preq, session)
                 preq.finish("error")
                 raise
             ended = True  # finished by the response once sent
@@ -204,11 +210,17 @@ class _AudioResponse(JSONResponse):
         preq.finish(reason)
 
 
+def _hand_over_hops(preq, session: TalkerSession) -> None:
+    """The session's hops not yet observed go to telemetry (before the request finishes)."""
+    preq.transfers(session.edge, session.take_hops())
+
+
 def _end(preq, session: TalkerSession, forward: asyncio.Future, ended: bool) -> None:
     """The response is over: a request not finished yet was aborted by its client; the engine
     request is aborted if still running (cancelling `forward` closes its batches) and the talker
     session closed (cancelled if its last chunk had not come)."""
     if not ended:
+        _hand_over_hops(preq, session)  # those that came before the client went
         preq.abort()
     forward.cancel()
     session.close()

@@ -2,9 +2,11 @@
 
 `send` is the sender side of a transfer hop: it serializes the text delta (tx starts), has the
 bytes ready (tx ends) and puts them in the replica's inbox. The replica's `SpeechChunk`s come
-back on `outputs`; `hop(chunk)` joins the sender's and receiver's timestamps into the
-`TransferHop`. The inbox put itself (a few microseconds) counts as in flight: tx ends before it,
-so the receiver can never start before the sender ended (one monotonic clock, causal order).
+back on `outputs`; `received(chunk)` joins the sender's and receiver's timestamps into the hop's
+row (size, tx start, tx end, rx start, rx end), kept until `take_hops` hands them over in a batch
+(`PipelineRequest.transfers`; with `record_hops=False`, stats off, no timestamps are taken). The
+inbox put itself (a few microseconds) counts as in flight: tx ends before it, so the receiver can
+never start before the sender ended (one monotonic clock, causal order).
 
 Threads: event-loop thread only (the replica puts into `outputs` with `call_soon_threadsafe`).
 """
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 
-from otel_llm.pipeline import TransferHop
 from server.pipeline.talker import Talker
 from server.pipeline.talker_messages import FINAL, SpeechChunk, TextDelta
 
@@ -23,11 +25,14 @@ THINKER_REPLICA = "0"
 
 
 class TalkerSession:
-    def __init__(self, talker: Talker, voice: str, loop: asyncio.AbstractEventLoop):
+    def __init__(self, talker: Talker, voice: str, loop: asyncio.AbstractEventLoop, record_hops: bool = True):
         self.replica = talker.pick()
+        self.edge = (STAGE_THINKER, THINKER_REPLICA, STAGE_TALKER, self.replica.name)  # of every hop
         self.outputs: asyncio.Queue = asyncio.Queue()  # SpeechChunks, or an exception that ends the request
         self._id = talker.new_session_id()
+        self._record = record_hops
         self._sent: dict[int, tuple[int, int]] = {}  # seq -> (tx start ns, tx end ns)
+        self._hops = array("q")  # the received hops' rows, flat, until take_hops
         self._seq = 0
         self._open = True
         self.finished = False  # the replica's final chunk came
@@ -44,16 +49,31 @@ class TalkerSession:
     def send(self, text: str, final: bool) -> None:
         """One hop: `text` (possibly empty) to the replica; `final` ends the session's text."""
         seq, self._seq = self._seq, self._seq + 1
+        if not self._record:
+            self.replica.send(TextDelta(self._id, seq, text, FINAL if final else 0).encode())
+            return
         tx_start = time.monotonic_ns()
         data = TextDelta(self._id, seq, text, FINAL if final else 0).encode()
         self._sent[seq] = (tx_start, time.monotonic_ns())
         self.replica.send(data)
 
-    def hop(self, chunk: SpeechChunk) -> TransferHop:
-        tx_start, tx_end = self._sent.pop(chunk.seq)
+    def received(self, chunk: SpeechChunk) -> None:
+        """The replica's chunk for one delta came: its hop is complete."""
         self.finished = self.finished or chunk.final
-        return TransferHop(STAGE_THINKER, THINKER_REPLICA, STAGE_TALKER, self.replica.name, chunk.size_bytes,
-                           tx_start, tx_end, chunk.rx_start_ns, chunk.rx_end_ns)
+        if self._record:
+            tx_start, tx_end = self._sent.pop(chunk.seq)
+            self._hops.extend((chunk.size_bytes, tx_start, tx_end, chunk.rx_start_ns, chunk.rx_end_ns))
+
+    @property
+    def num_hops(self) -> int:
+        """Hops received and not yet taken."""
+        return len(self._hops) // 5
+
+    def take_hops(self) -> array:
+        """The received hops' rows since the last call (flat `array('q')`, 5 per hop), for
+        `PipelineRequest.transfers(session.edge, rows)`."""
+        hops, self._hops = self._hops, array("q")
+        return hops
 
     def close(self) -> None:
         """The request is done with the replica (idempotent); cancelled there if its final chunk had not come."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -101,6 +104,52 @@ def test_a_running_request_hands_over_its_hops_in_bounded_batches():
     assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * _FOLD_HOPS + 3
 
 
+def test_a_sender_hands_over_hops_in_batches_of_rows():
+    """`transfers(edge, rows)`: the same observations as one `transfer` per hop, from a flat
+    array('q') or an [n, 5] array; bad rows dropped (counted), a ragged batch dropped once."""
+    one, _ = pipeline()
+    batched, _ = pipeline()
+    hops = [hop("0", "0", "1", "0", i * MS, size=100 * i) for i in range(5)]
+    r = one.arrival("r")
+    for h in hops:
+        r.transfer(h)
+    r.finish("stop")
+    b = batched.arrival("r")
+    edge = ("0", "0", "1", "0")
+    b.transfers(edge, array("q", [x for h in hops[:3] for x in h[4:]]))
+    b.transfers(edge, np.array([h[4:] for h in hops[3:]]))
+    b.transfers(edge, array("q"))  # nothing: nothing counted
+    assert batched.dropped == 0
+    b.transfers(edge, np.array([[10, 5, 4, 6, 7], [-1, 5, 6, 6, 7]]))  # tx ends before it starts; negative size
+    b.transfers(("0", 0, "1", "0"), np.array([h[4:] for h in hops]))  # not a stage name: the whole batch
+    b.transfers(edge, [1, 2, 3])  # not whole hops
+    assert batched.dropped == 2 + 5 + 1
+    b.finish("stop")
+    b.transfers(edge, np.array([h[4:] for h in hops]))  # after the finish: refused, counted once
+    assert batched.dropped == 9
+    def transfer(p):
+        return {k: v for k, v in samples(p).items() if "transfer" in k[0]}
+
+    assert value(batched, "vllm:omni_transfer_rx_s_count", **dict(zip(("from_stage", "from_replica", "to_stage",
+                                                                       "to_replica"), edge))) == 5
+    assert transfer(batched) == pytest.approx(transfer(one))  # every bucket, count and sum of the four families
+
+
+def test_batched_hops_are_drawn_as_spans_only_when_valid():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    p, clock = pipeline(tracer_provider=provider)
+    r = p.arrival("r", trace_headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    r.stage_started("0", "0")
+    good = hop("0", "0", "1", "0", clock.t)
+    r.transfers(good[:4], np.array([good[4:], (1, 9, 8, 9, 9)]))  # the second: tx ends before it starts
+    r.finish("stop")
+    spans = [s for s in exporter.get_finished_spans() if s.name.startswith("transfer")]
+    assert len(spans) == 1 and (spans[0].start_time, spans[0].end_time) == (
+        good.tx_start_ns - p.anchor[1] + p.anchor[0], good.rx_end_ns - p.anchor[1] + p.anchor[0])
+
+
 def test_audio_frames_are_the_pcm_samples_and_ttfp_within_e2e():
     p, clock = pipeline(continuity_thresholds_ms=(50, 100))
     total = 0
@@ -177,10 +226,18 @@ def test_bad_values_are_dropped_and_counted_never_raised():
     r = p.arrival("r", audio=True)
     r.audio_chunk("1", "0", -5)
     r.transfer(TransferHop("0", "0", "1", "0", 10, 5, 4, 6, 7))  # tx ends before it starts
+    r.transfer(TransferHop("0", "0", "1", "0", -1, 5, 6, 6, 7))  # a negative size
+    r.transfer(TransferHop("0", "0", "1", "0", 10, 5, 6, 7, 7))  # a good one, kept
+    r.transfer(TransferHop("0", 0, "1", "0", 10, 5, 6, 7, 7))  # a replica that is not a string
+    r.transfer(TransferHop("0", "0", "1", "0", None, 5, 6, 7, 7))  # not a number
     r.stage_finished("2", "0")  # never started
     p.observe_audio_ttfp("1", "0", float("nan"))
-    assert p.dropped == 4
-    assert "transfer" not in p.render().decode()
+    assert p.dropped == 3  # hops are checked when they are observed: in batches, and at the finish
+    r.finish()
+    assert p.dropped == 3 + 4 + 1  # the four bad hops; the audio skip, which has no stage to go on
+    text = p.render().decode()
+    assert 'vllm:omni_transfer_size_bytes_count{model_name="tts",from_stage="0",from_replica="0",to_stage="1",' \
+           'to_replica="0"} 1' in text
 
 
 def test_cardinality_limit_folds_new_edges_into_the_overflow_series():

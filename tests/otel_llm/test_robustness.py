@@ -71,6 +71,24 @@ def test_step_record_round_trip():
     assert back.snapshot == SchedulerSnapshot(2, 1, 0.25, 32, 16, 1) and back.num_computed_prompt_tokens == 40
 
 
+@pytest.mark.parametrize("counts,all_one", [([1, 1, 1], True), ((1, 1, 1), True), ([1, 1, 2], False),
+                                            ([1, 1], False), (np.ones(3, np.int32), True), (1, True), (2, False)])
+def test_outputs_counts_given_any_way(counts, all_one):
+    """Per-request counts as a list, a tuple, an array or one int: the same record; all ones keeps the
+    frontend's steady-decode flag (a list of ones takes no array work); a wrong length is refused."""
+    from otel_llm import StepRecorder
+    rec = StepRecorder()
+    if isinstance(counts, list) and len(counts) != 3:
+        with pytest.raises(ValueError):
+            rec.outputs([7, 8, 9], counts)
+        return
+    rec.outputs([7, 8, 9], counts)
+    back = StepRecord.from_bytes(rec.end_step_bytes())
+    expected = [counts] * 3 if isinstance(counts, int) else list(counts)
+    assert back.output_rid.tolist() == [7, 8, 9] and back.output_num_tokens.tolist() == expected
+    assert back.outputs_all_one is all_one
+
+
 def test_public_surface_is_pinned():
     import otel_llm
     assert sorted(otel_llm.__all__) == ["EventKind", "FinishReason", "RequestInfo", "SchedulerSnapshot",

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
-from otel_llm.pipeline import valid_hop
+from otel_llm.pipeline import TransferHop, valid_hop
 from server.pipeline import SynthConfig, make_synth
 from server.pipeline.pipeline_config import PipelineServerConfig
 from server.pipeline.talker import Talker
@@ -48,7 +49,12 @@ async def test_a_replica_speaks_the_text_as_it_arrives(talker):
     assert [c.seq for c in chunks] == [0, 1, 2, 3] and [c.transcript for c in chunks] == pieces
     pcm = b"".join(b for c in chunks for b in c.pcm)
     assert pcm == make_synth(SynthConfig(voice="alloy")).synthesise("".join(pieces))  # incremental == at once
-    hops = [session.hop(c) for c in chunks]
+    for c in chunks:
+        session.received(c)
+    assert session.num_hops == len(pieces)
+    rows = np.frombuffer(session.take_hops(), np.int64).reshape(-1, 5).tolist()
+    hops = [TransferHop(*session.edge, *row) for row in rows]
+    assert session.num_hops == 0 and len(session.take_hops()) == 0
     assert all(valid_hop(h) for h in hops)  # tx_start <= tx_end <= rx_start <= rx_end, one clock
     assert [h.size_bytes for h in hops] == [HEADER_BYTES + len(p.encode()) for p in pieces]
     assert {(h.from_stage, h.from_replica, h.to_stage, h.to_replica) for h in hops} == {
