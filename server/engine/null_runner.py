@@ -28,7 +28,7 @@ class NullRunner:
 
     def __init__(self, step_s: float = 0.0):
         self.step_s = step_s
-        self._next = 0.0  # monotonic s before which the next step may not end
+        self._next = 0.0  # monotonic s: the next step's run returns no earlier
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
         """No tensors: the block manager's integer accounting is all the KV cache there is."""

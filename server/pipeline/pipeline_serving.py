@@ -10,10 +10,10 @@
    per engine step a request makes as many hops as it has completion tokens.
 3. The response reads the replica's `SpeechChunk`s (each completes a hop; the hops are handed to
    telemetry `HOPS_PER_CALL` at a time and at the last chunk, or when the client goes away; the
-   stage-1 visit is recorded) and writes them: streamed as `delta.audio` chunks (base64 PCM and transcript), then the
-   `expires_at` update, the finish chunk, usage if asked for and `[DONE]`; or at once as
-   `message.audio`. Each PCM chunk is reported (`PipelineRequest.audio_chunk`) once written, and
-   the request finishes with the engine's reason after its last byte went out.
+   stage-1 visit is recorded) and writes them: streamed as `delta.audio` chunks (base64 PCM and
+   transcript), then the `expires_at` update, the finish chunk, usage if asked for and `[DONE]`;
+   or at once as `message.audio`. Each PCM chunk is reported (`PipelineRequest.audio_chunk`) once
+   written, and the request finishes with the engine's reason after its last byte went out.
 
 A client that goes away (stream closed, or a dropped connection while a non-streamed body is
 being made) finishes the request as `abort`: the forward task is cancelled, which aborts the

@@ -49,12 +49,10 @@ class TalkerSession:
     def send(self, text: str, final: bool) -> None:
         """One hop: `text` (possibly empty) to the replica; `final` ends the session's text."""
         seq, self._seq = self._seq, self._seq + 1
-        if not self._record:
-            self.replica.send(TextDelta(self._id, seq, text, FINAL if final else 0).encode())
-            return
-        tx_start = time.monotonic_ns()
+        tx_start = time.monotonic_ns() if self._record else 0
         data = TextDelta(self._id, seq, text, FINAL if final else 0).encode()
-        self._sent[seq] = (tx_start, time.monotonic_ns())
+        if self._record:
+            self._sent[seq] = (tx_start, time.monotonic_ns())
         self.replica.send(data)
 
     def received(self, chunk: SpeechChunk) -> None:

@@ -64,6 +64,15 @@ async def test_a_replica_speaks_the_text_as_it_arrives(talker):
     assert session.replica.active == 0
 
 
+async def test_a_session_with_stats_off_takes_no_hop_timestamps(talker):
+    session = TalkerSession(talker, "alloy", asyncio.get_running_loop(), record_hops=False)
+    chunks = await _speak(session, ["Hel", "lo"])
+    for c in chunks:
+        session.received(c)
+    assert session.finished and session.num_hops == 0 and len(session.take_hops()) == 0 and not session._sent
+    session.close()
+
+
 async def test_placement_is_least_loaded_then_round_robin(talker):
     loop = asyncio.get_running_loop()
     a, b = TalkerSession(talker, "alloy", loop), TalkerSession(talker, "alloy", loop)
