@@ -24,8 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.serving.server_process import ManagedServer  # noqa: E402 (after the path is set)
-from benchmarks.serving.summary import median, median_ci90, ratio  # noqa: E402
-from benchmarks.serving.telemetry_comparison import server_cpu_medians  # noqa: E402
+from benchmarks.serving.summary import median, median_ci90, ratio, server_cpu_medians  # noqa: E402
 from benchmarks.serving.time_slicing import time_sliced  # noqa: E402
 from benchmarks.serving.workload import poisson_workload  # noqa: E402
 

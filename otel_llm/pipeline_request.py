@@ -26,7 +26,8 @@ from .pipeline import PipelineTelemetry, TransferHop, valid_hop
 logger = logging.getLogger("otel_llm")
 
 ABORT = "abort"  # vLLM-Omni: client disconnects and cancellations finish as `abort`
-_FOLD_HOPS = 64  # a request's hops observed at once (bounded memory; one lock and 4 bucket searches per batch)
+FOLD_HOPS = 64  # a request's hops observed at once (bounded memory; one lock and 4 bucket searches per batch);
+# a sender that batches its own hops (`transfers`) hands them over in batches of this size too
 
 
 class StageVisit(NamedTuple):
@@ -50,7 +51,7 @@ class PipelineRequest:
         self._lock = threading.Lock()
         self.visits: list[StageVisit] = []
         self.hops: list[TransferHop] = []  # kept for the span tree (with a span only)
-        self._pending: list[TransferHop] = []  # not yet observed: folded in batches (`_FOLD_HOPS`) and at the finish
+        self._pending: list[TransferHop] = []  # not yet observed: folded in batches (`FOLD_HOPS`) and at the finish
         self._chunks: list[AudioChunk] = []  # (seconds since arrival, PCM bytes)
         self._audio_at: tuple[str, str] | None = None  # the (stage, replica) streaming audio
         self._ttfp = False
@@ -94,7 +95,7 @@ class PipelineRequest:
 
     def transfer(self, hop: TransferHop) -> None:
         """One physical hop of this request between two stage replicas. Checked and observed in
-        batches of `_FOLD_HOPS` and at the finish (a scrape sees a running request's hops up to the
+        batches of `FOLD_HOPS` and at the finish (a scrape sees a running request's hops up to the
         last batch); a bad one is dropped then (counted), and never drawn as a span."""
         if not self._live:
             return
@@ -104,7 +105,7 @@ class PipelineRequest:
             if self.identity is not None and valid_hop(hop):
                 self.hops.append(hop)
             self._pending.append(hop)
-            if len(self._pending) < _FOLD_HOPS:
+            if len(self._pending) < FOLD_HOPS:
                 return
             pending, self._pending = self._pending, []
         self.pipeline.observe_transfers(pending)

@@ -97,3 +97,15 @@ def median_ci90(values: list) -> list[float] | None:
 def median(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return float(np.median(values)) if values else None
+
+
+def server_cpu_medians(rounds: list[dict], modes) -> dict:
+    """Per server process: the median over rounds of its CPU per token in each mode, on/off, and per chunk."""
+    cpu = {}
+    for proc in ("api", "engine"):
+        def med(key: str) -> dict:
+            return {m: median([rd[m]["server_cpu"].get(proc, {}).get(key) for rd in rounds]) for m in modes}
+        per_token = med("us_per_token")
+        cpu[proc] = {**per_token, "ratio_on_vs_off": ratio(per_token["on"], per_token["off"]),
+                     "us_per_chunk": med("us_per_chunk")}
+    return cpu

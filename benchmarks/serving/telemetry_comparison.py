@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmarks.serving import log
 from benchmarks.serving.server_process import ManagedServer
 from benchmarks.serving.span_receiver import ReceiverProcess, wait_spans
-from benchmarks.serving.summary import median, median_ci90, ratio
+from benchmarks.serving.summary import median, median_ci90, ratio, server_cpu_medians
 from benchmarks.serving.time_slicing import time_sliced
 from benchmarks.serving.workload import workloads
 
@@ -62,14 +62,3 @@ def compare_telemetry(args) -> dict:
     result["rounds"] = rounds
     return result
 
-
-def server_cpu_medians(rounds: list[dict], modes) -> dict:
-    """Per server process: the median over rounds of its CPU per token in each mode, on/off, and per chunk."""
-    cpu = {}
-    for proc in ("api", "engine"):
-        def med(key: str) -> dict:
-            return {m: median([rd[m]["server_cpu"].get(proc, {}).get(key) for rd in rounds]) for m in modes}
-        per_token = med("us_per_token")
-        cpu[proc] = {**per_token, "ratio_on_vs_off": ratio(per_token["on"], per_token["off"]),
-                     "us_per_chunk": med("us_per_chunk")}
-    return cpu

@@ -9,7 +9,7 @@
    (`TalkerSession.send`: its text as bytes, even empty; the last one final). So with one token
    per engine step a request makes as many hops as it has completion tokens.
 3. The response reads the replica's `SpeechChunk`s (each completes a hop; the hops are handed to
-   telemetry `HOPS_PER_CALL` at a time and at the last chunk, or when the client goes away; the
+   telemetry `FOLD_HOPS` at a time and at the last chunk, or when the client goes away; the
    stage-1 visit is recorded) and writes them: streamed as `delta.audio` chunks (base64 PCM and
    transcript), then the `expires_at` update, the finish chunk, usage if asked for and `[DONE]`;
    or at once as `message.audio`. Each PCM chunk is reported (`PipelineRequest.audio_chunk`) once
@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from otel_llm import FinishReason
 from otel_llm.pipeline import PipelineTelemetry
+from otel_llm.pipeline_request import FOLD_HOPS
 from server import protocol
 from server.api.errors import OpenAIError
 from server.api.serving import SSE_DONE, ClientGone, sse_event, until_disconnect
@@ -42,7 +43,6 @@ from server.pipeline.talker import Talker
 from server.pipeline.talker_session import STAGE_TALKER, STAGE_THINKER, THINKER_REPLICA, TalkerSession
 
 logger = logging.getLogger(__name__)
-HOPS_PER_CALL = 64  # a request's hops are observed in batches: per token, a call would cost more than the token
 
 
 @dataclass
@@ -116,7 +116,7 @@ class PipelineServing:
                     preq.stage_finished(STAGE_TALKER, replica, c.done_ns)
                     if c.error is not None:
                         raise OpenAIError(500, f"speech synthesis failed: {c.error}", code="talker_error")
-            if session.num_hops >= HOPS_PER_CALL:
+            if session.num_hops >= FOLD_HOPS:
                 _hand_over_hops(preq, session)
             yield chunks
             if chunks[-1].final:

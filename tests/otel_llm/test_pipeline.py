@@ -91,17 +91,17 @@ def test_one_transfer_observation_per_hop_per_edge():
 
 
 def test_a_running_request_hands_over_its_hops_in_bounded_batches():
-    from otel_llm.pipeline_request import _FOLD_HOPS
+    from otel_llm.pipeline_request import FOLD_HOPS
 
     p, _ = pipeline()
     r = p.arrival("r")
-    for i in range(2 * _FOLD_HOPS + 3):
+    for i in range(2 * FOLD_HOPS + 3):
         r.transfer(hop("0", "0", "1", "0", i * MS))
     edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
-    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * _FOLD_HOPS
+    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * FOLD_HOPS
     assert len(r._pending) == 3 and r.hops == []  # no span: the hops are not kept
     r.abort()
-    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * _FOLD_HOPS + 3
+    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * FOLD_HOPS + 3
 
 
 def test_a_sender_hands_over_hops_in_batches_of_rows():
