@@ -18,7 +18,7 @@ observed for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -49,7 +49,7 @@ class PlayerResult:
     skipped: str | None = None  # a skip reason (NO_AUDIO_DATA): the request produced no audio
 
 
-def simulate(chunks: Sequence[AudioChunk], sample_rate: int, *, request_arrival_s: float = 0.0,
+def simulate(chunks: Iterable[AudioChunk | tuple[float, int]], sample_rate: int, *, request_arrival_s: float = 0.0,
              gen_time_s: float | None = None, sample_width: int = 2, channels: int = 1,
              thresholds_ms: Sequence[int] = DEFAULT_THRESHOLDS_MS) -> PlayerResult:
     """Simulate the listener over `chunks` (in arrival order; empty chunks are ignored).

@@ -25,7 +25,8 @@ Stats gate: with `PipelineConfig(enabled=False)` (vLLM-Omni's `--log-stats` off)
 allocated, recorded or rendered: `render` returns b"" and `/metrics` has no omni family at all.
 
 Threads: every method may be called from any thread (the orchestrator thread, the API event
-loop); each takes the one lock of the aggregates briefly. `render` copies under the lock and
+loop); each takes the one lock of the aggregates briefly. Valid transfer hops are kept and
+observed `PENDING_HOPS` at a time, and before every read. `render` copies under the lock and
 formats off it. Nothing here raises into the caller: bad values are dropped and counted in
 `dropped`.
 """
@@ -51,6 +52,7 @@ from .pipeline_families import (
 from .pipeline_series import SeriesSet, series_lines
 
 logger = logging.getLogger("otel_llm")
+PENDING_HOPS = 4096  # valid hops kept before they are observed (and observed before every read)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ class PipelineTelemetry:
         self._lock = threading.Lock()
         self._sets = {f: SeriesSet(f, config.prefix + f.stem, config.cardinality_limit) for f in FAMILIES}
         self._running = self._waiting = 0
+        self._hops: dict[tuple, list[np.ndarray]] = {}  # valid hop rows by (model, *edge), not folded yet
+        self._num_hops = 0
         model = (config.model_name,)
         for f in (RUNNING, WAITING, E2E):
             self._sets[f].touch(model)
@@ -161,7 +165,9 @@ class PipelineTelemetry:
         return PipelineRequest(self, request_id, now, identity, audio)
 
     def _gauges(self) -> None:
-        """The running/waiting gauges take the counts when read (a snapshot), not at every change."""
+        """Before a read: the hops not folded yet are folded, and the running/waiting gauges take
+        the counts (a snapshot; not set at every change)."""
+        self._fold_hops()
         model = (self.config.model_name,)
         self._sets[RUNNING].set(model, self._running)
         self._sets[WAITING].set(model, self._waiting)
@@ -219,14 +225,25 @@ class PipelineTelemetry:
             self._drop(int(len(ok) - ok.sum()))
             rows = rows[ok]
         if len(rows):
-            size, tx0, tx1, rx0, rx1 = rows.T
-            key = (self.config.model_name, *edge)
             with self._lock:
-                self._sets[TRANSFER_SIZE].observe_many(key, size.astype(np.float64))
-                self._sets[TRANSFER_TX].observe_many(key, (tx1 - tx0) / 1e9)
-                self._sets[TRANSFER_IN_FLIGHT].observe_many(key, (rx0 - tx1) / 1e9)
-                self._sets[TRANSFER_RX].observe_many(key, (rx1 - rx0) / 1e9)
+                self._hops.setdefault((self.config.model_name, *edge), []).append(rows)
+                self._num_hops += len(rows)
+                if self._num_hops >= PENDING_HOPS:
+                    self._fold_hops()
         return rows
+
+    def _fold_hops(self) -> None:
+        """Observe the hops kept since the last fold, each edge's at once (under the lock). Hops are
+        kept until `PENDING_HOPS` of them are (a few requests' worth) and folded before every read:
+        four bucket searches cost about the same for one hop or thousands."""
+        for key, parts in self._hops.items():
+            size, tx0, tx1, rx0, rx1 = (np.concatenate(parts) if len(parts) > 1 else parts[0]).T
+            self._sets[TRANSFER_SIZE].observe_many(key, size.astype(np.float64))
+            self._sets[TRANSFER_TX].observe_many(key, (tx1 - tx0) / 1e9)
+            self._sets[TRANSFER_IN_FLIGHT].observe_many(key, (rx0 - tx1) / 1e9)
+            self._sets[TRANSFER_RX].observe_many(key, (rx1 - rx0) / 1e9)
+        self._hops.clear()
+        self._num_hops = 0
 
     def observe_audio_ttfp(self, stage: str, replica: str, ttfp_s: float) -> None:
         """A request's first audio packet, `ttfp_s` after its arrival (once per request)."""
@@ -279,6 +296,7 @@ class PipelineTelemetry:
         if not self.enabled:
             return {}
         with self._lock:
+            self._fold_hops()
             return {s.name: s.overflowed for s in self._sets.values() if s.overflowed}
 
     def render(self, openmetrics: bool = False) -> bytes:

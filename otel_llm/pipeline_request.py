@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from typing import NamedTuple
 
 import numpy as np
 
-from .audio_player import AudioChunk, PlayerResult, simulate
+from .audio_player import PlayerResult, simulate
 from .pipeline import PipelineTelemetry, TransferHop, valid_hop
 
 logger = logging.getLogger("otel_llm")
@@ -52,7 +53,8 @@ class PipelineRequest:
         self.visits: list[StageVisit] = []
         self.hops: list[TransferHop] = []  # kept for the span tree (with a span only)
         self._pending: list[TransferHop] = []  # not yet observed: folded in batches (`FOLD_HOPS`) and at the finish
-        self._chunks: list[AudioChunk] = []  # (seconds since arrival, PCM bytes)
+        self._chunk_ns = array("q")  # each audio chunk's arrival (ns) ...
+        self._chunk_bytes = array("q")  # ... and PCM bytes
         self._audio_at: tuple[str, str] | None = None  # the (stage, replica) streaming audio
         self._ttfp = False
         self.finished: tuple[str, int] | None = None  # (reason, finish ns)
@@ -140,19 +142,20 @@ class PipelineRequest:
         first non-empty one observes TTFP."""
         if not self._live:
             return
+        now = self.pipeline.clock() if now_ns is None else now_ns
         with self._lock:
-            if self._refuse():
-                return
-            now = self._now(now_ns)
-            if pcm_bytes < 0 or now < self.arrival_ns:
+            if self.finished is not None or pcm_bytes < 0 or now < self.arrival_ns:
                 self.pipeline._drop()
                 return
-            self._audio_at = (stage, replica)
-            self._chunks.append(AudioChunk((now - self.arrival_ns) / 1e9, pcm_bytes))
-            first = pcm_bytes > 0 and not self._ttfp
-            self._ttfp = self._ttfp or first
-        if first:
-            self.pipeline.observe_audio_ttfp(stage, replica, (now - self.arrival_ns) / 1e9)
+            at = self._audio_at
+            if at is None or at[0] != stage or at[1] != replica:
+                self._audio_at = (stage, replica)
+            self._chunk_ns.append(now)
+            self._chunk_bytes.append(pcm_bytes)
+            if self._ttfp or not pcm_bytes:
+                return
+            self._ttfp = True
+        self.pipeline.observe_audio_ttfp(stage, replica, (now - self.arrival_ns) / 1e9)
 
     def abort(self, now_ns: int | None = None) -> None:
         """The client went away or the request was cancelled: finished as `abort`."""
@@ -177,7 +180,7 @@ class PipelineRequest:
             self.visits = [v if v.end_ns else v._replace(end_ns=max(now, v.start_ns)) for v in self.visits]
         pipeline.observe_transfers(pending)
         pipeline._finished(started, str(reason), (now - self.arrival_ns) / 1e9)
-        if reason != ABORT and (self.audio or self._chunks):
+        if reason != ABORT and (self.audio or self._chunk_ns):
             self._audio_result(gen_time_s, sample_rate)
         tracer = pipeline.tracer
         if tracer is not None and self.identity is not None:
@@ -196,7 +199,9 @@ class PipelineRequest:
             gen_time_s = sum(spent) / 1e9 if spent else None
         config = self.pipeline.config
         try:
-            result: PlayerResult = simulate(self._chunks, sample_rate or config.sample_rate, gen_time_s=gen_time_s,
+            arrival = self.arrival_ns
+            chunks = zip([(t - arrival) / 1e9 for t in self._chunk_ns], self._chunk_bytes)
+            result: PlayerResult = simulate(chunks, sample_rate or config.sample_rate, gen_time_s=gen_time_s,
                                             sample_width=config.sample_width, channels=config.channels,
                                             thresholds_ms=config.continuity_thresholds_ms)
         except ValueError:

@@ -17,6 +17,12 @@ every `_RUN_STEPS` steps). A step that lists exactly the previous step's
 requests costs one bytes compare. (A step listing the same request twice is
 counted once when detectable; that is an engine bug, never an exception.)
 
+Finishes are folded in batches: a finished request's handle stops being valid at once and its
+state stays in its slot until `fold` observes `fold_at` finished requests together (a dozen
+histogram records cost about the same for one request or thirty) and frees their slots. The
+owner folds before every read (snapshot, Triton statistics), so a read never misses a finish;
+with a tracer, `fold_at` is 1 and each request's spans are emitted at its finish.
+
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
 queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
 prefill = first token - SCHEDULED, decode = last token - first token,
@@ -57,11 +63,14 @@ MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 # also an attribute (a view), so a finish gathers or clears all of them in one operation.
 # Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
 # num_cached / num_external: the first scheduling's local prefix-cache and KV-connector hits (tokens).
+# fin_*: a finished request's frontend receive ns, reason and max sequence tokens, until it is folded.
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
-               "num_cached", "num_external", "max_tokens", "n", "npre", "chunks", "mat_seq")
+               "num_cached", "num_external", "max_tokens", "n", "npre", "chunks", "mat_seq",
+               "fin_recv", "fin_reason", "fin_max_seq")
 # Rows of (prompt, local hits, external hits), as one [3, 1] index: `_ints[_SPLIT_ROWS, slots]` gathers them at once.
 _SPLIT_ROWS = np.array([[_INT_FIELDS.index(f)] for f in ("num_prompt", "num_cached", "num_external")])
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
+FOLD_FINISHED = 32  # finished requests folded into the aggregates at once (and before every read)
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ class FinishedBatch:
     infos: list[RequestInfo]
     reason: np.ndarray  # uint8 FinishReason
     arrival: np.ndarray  # frontend monotonic ns
-    finish_recv: int  # frontend monotonic ns
+    finish_recv: np.ndarray  # frontend monotonic ns
     queued: np.ndarray  # engine monotonic ns (0 = never seen)
     sched: np.ndarray
     first: np.ndarray
@@ -90,7 +99,10 @@ class FinishedBatch:
 class RequestTable:
     """Slot-indexed per-request arrays plus the step-application logic."""
 
-    def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20):
+    def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20,
+                 fold_finished: int = FOLD_FINISHED):
+        """`fold_finished`: finished requests are folded into the aggregates this many at a time
+        (`fold`; 1: at once, as a tracer needs to emit each request's spans at its finish)."""
         if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
             raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
         self.metrics = metrics
@@ -119,6 +131,8 @@ class RequestTable:
         self.preemption_ts: list[list[int] | None] = []
         self.outputs: list[list[str] | None] = []
         self._free: list[int] = []
+        self.fold_at = fold_finished
+        self._retired: list[int] = []  # slots of finished requests not folded yet (see `fold`)
         self.num_active = 0
         self.live_hits = 0  # live requests with prefix-cache or KV-connector hits (none: their work is skipped)
         self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
@@ -448,6 +462,8 @@ class RequestTable:
         return self._finish(rid, np.array([reason], np.uint8), np.zeros(1, np.int32), now_ns)
 
     def _finish(self, rids: np.ndarray, reasons: np.ndarray, max_seq: np.ndarray, now_ns: int) -> FinishedBatch | None:
+        """Requests finished (frontend receive time `now_ns`): their handles stop being valid
+        now and their state is kept until they are folded (`fold`), `fold_at` at a time."""
         s, ok = self._slots(rids)
         if ok is not None:
             reasons, max_seq = reasons[ok], max_seq[ok]
@@ -462,11 +478,36 @@ class RequestTable:
         if not len(s):
             return None
         self._materialise(s)
+        self.n_run -= int(np.count_nonzero(self.in_run[s]))
+        self.in_run[s] = False
+        self.handle[s] = 0
+        self.fin_recv[s] = now_ns
+        self.fin_reason[s] = reasons
+        self.fin_max_seq[s] = max_seq
+        self.num_active -= len(s)
+        self._retired.extend(s.tolist())
+        return self.fold() if len(self._retired) >= self.fold_at else None
+
+    @property
+    def num_unfolded(self) -> int:
+        """Finished requests not folded into the aggregates yet."""
+        return len(self._retired)
+
+    def fold(self) -> FinishedBatch | None:
+        """Fold the finished requests not folded yet into the aggregates and free their slots;
+        returns them (for Triton statistics and spans), or None if there were none. Called by
+        `_finish` every `fold_at` requests, and by the owner before it reads the aggregates: a
+        batch of finishes costs about what one costs, and a read never misses one."""
+        if not self._retired:
+            return None
+        s = np.array(self._retired, np.int64)
+        self._retired = []
         m, h = self.metrics, self.metrics.histograms
         op, trace = self.op[s], self.trace[s]
         col = dict(zip(_INT_FIELDS, self._ints[:, s]))  # one gather; copies, safe after release
         q, sc, f, last, arrival = col["queued"], col["sched"], col["first"], col["last"], col["arrival"]
         num_gen, num_prompt = col["chunks"] + col["extra_gen"], col["num_prompt"]
+        reasons, max_seq, now_ns = col["fin_reason"].astype(np.uint8), col["fin_max_seq"], col["fin_recv"]
         series_reason = op * _NUM_REASONS + reasons
         m.add_many("otel_llm.request.finished", series_reason)
         h["gen_ai.server.request.duration"].record(now_ns - arrival, series_reason, trace)
@@ -505,25 +546,21 @@ class RequestTable:
             h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
         slots = s.tolist()
         batch = FinishedBatch(
-            [self.infos[i] for i in slots], reasons.copy(), arrival, now_ns, q, sc, f, last, col["first_recv"],
+            [self.infos[i] for i in slots], reasons, arrival, now_ns, q, sc, f, last, col["first_recv"],
             num_prompt, num_gen, cached, col["npre"], valid, trace,
             [self.preemption_ts[i] or [] for i in slots], [self.outputs[i] for i in slots],
         )
-        self._release(s)
+        self._release(s, slots)
         return batch
 
-    def _release(self, s: np.ndarray) -> None:
-        self.n_run -= int(np.count_nonzero(self.in_run[s]))
-        self.in_run[s] = False
-        self.handle[s] = 0
+    def _release(self, s: np.ndarray, slots: list[int]) -> None:
         self._ints[:, s] = 0
         self.trace[s] = 0
-        for i in s.tolist():
+        for i in slots:
             self.infos[i] = None
             self.preemption_ts[i] = None
             self.outputs[i] = None
-        self._free.extend(s.tolist())
-        self.num_active -= len(s)
+        self._free.extend(slots)
 
 
 def _repeats(a: np.ndarray) -> bool:

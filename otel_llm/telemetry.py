@@ -2,10 +2,11 @@
 
 Threads: `arrival`, `ingest`, `set_output`, `fail` and `reject` are called by the
 frontend (any thread; they take the lock briefly). Collection (`snapshot`,
-`render`, OTel readers, the stat logger) takes the same lock only to flush and
-copy the aggregates, then works off-lock. Nothing here raises into the caller
-on bad data: malformed steps, unknown handles, out-of-order events and bad
-values are dropped and counted (`otel_llm.telemetry.dropped`).
+`render`, OTel readers, the stat logger) takes the same lock only to fold the
+finished requests still pending (`RequestTable.fold`), flush and copy the
+aggregates, then works off-lock. Nothing here raises into the caller on bad
+data: malformed steps, unknown handles, out-of-order events and bad values are
+dropped and counted (`otel_llm.telemetry.dropped`).
 
 With `enabled=False` every method is a no-op and nothing is allocated.
 """
@@ -23,7 +24,7 @@ from .lora import LoraRequests, LoraSnapshot
 from .metrics_state import MetricsSnapshot, MetricsState
 from .profiles import HIDDEN_VLLM, aggregation_table, hidden_version
 from .request import RequestInfo
-from .request_table import RequestTable, operation_index
+from .request_table import FOLD_FINISHED, RequestTable, operation_index
 from .step import FinishReason, StepRecord, outputs_only_header
 from .tracer_setup import resolve_tracer_provider
 from .tracing import RequestTracer, capture_content_from_env
@@ -49,7 +50,6 @@ class Telemetry:
             logger.warning("--show-hidden-metrics-for-version %s: vLLM hid no metrics otel-llm produces then "
                            "(it does for %s); nothing added", hidden, ", ".join(HIDDEN_VLLM))
         self.metrics = MetricsState(self.table_spec)
-        self.table = RequestTable(self.metrics)
         self.lora = LoraRequests(config.max_loras, config.cardinality_limit)
         self.triton = TritonStats(config.model_name, config.model_version)
         self.anchor = (time.time_ns(), clock())
@@ -64,6 +64,8 @@ class Telemetry:
         capture = capture_content_from_env() if config.capture_content is None else config.capture_content
         self.tracer = RequestTracer(provider, config.model_name, config.provider_name, capture, self.anchor) \
             if provider is not None else None
+        # Finished requests are folded in batches (before every read), or one by one for spans at each finish.
+        self.table = RequestTable(self.metrics, fold_finished=1 if self.tracer is not None else FOLD_FINISHED)
         self._renderers: dict[str, Renderer] = {}
         self._stat_logger = None
         if config.log_stats:
@@ -189,8 +191,17 @@ class Telemetry:
 
     # -- collection ----------------------------------------------------------------------
 
+    def _fold(self) -> None:
+        """Fold the finished requests still pending in the table (under the lock; see `RequestTable.fold`)."""
+        finished = self.table.fold()
+        if finished is not None:
+            self.triton.on_finished(finished)
+            if self.tracer is not None:  # (a tracer folds at every finish: nothing is pending then)
+                self.tracer.emit(finished, self._engine_anchor)
+
     def snapshot(self) -> MetricsSnapshot:
         with self._lock:
+            self._fold()
             self.metrics.counters["otel_llm.telemetry.dropped"][0] = sum(self.table.dropped.values())
             return self.metrics.snapshot(time.time_ns())
 
@@ -222,6 +233,7 @@ class Telemetry:
     def model_statistics(self) -> dict:
         """Triton `$model_stat` for this model/version."""
         with self._lock:
+            self._fold()
             return self.triton.model_stat(self.table)
 
     def attach_reader(self, reader, resource=None) -> None:
@@ -235,5 +247,7 @@ class Telemetry:
             return
         if self._stat_logger is not None:
             self._stat_logger.stop()
+        with self._lock:
+            self._fold()
         if self.tracer is not None and self.config.tracer_provider is None:  # its own; a given one is its owner's
             self.tracer.provider.force_flush()

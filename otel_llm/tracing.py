@@ -100,7 +100,7 @@ class RequestTracer:
         op = info.operation
         ctx = SpanContext(trace_id, span_id, False, _SAMPLED)
         parent = SpanContext(trace_id, parent_id, True, _SAMPLED) if parent_id else None
-        start, end = int(b.arrival[i]) + f_off, b.finish_recv + f_off
+        start, end = int(b.arrival[i]) + f_off, int(b.finish_recv[i]) + f_off
         q, s, f, last = int(b.queued[i]), int(b.sched[i]), int(b.first[i]), int(b.last[i])
         valid = bool(b.engine_valid[i])
         attrs = {
@@ -114,7 +114,7 @@ class RequestTracer:
             "gen_ai.usage.input_tokens": int(b.num_prompt[i]),
             "gen_ai.usage.output_tokens": int(b.num_gen[i]),
             "gen_ai.usage.cache_read.input_tokens": int(b.num_cached[i]),
-            "gen_ai.latency.e2e": (b.finish_recv - int(b.arrival[i])) * 1e-9,
+            "gen_ai.latency.e2e": (int(b.finish_recv[i]) - int(b.arrival[i])) * 1e-9,
             "otel_llm.num_preemptions": int(b.npre[i]),
         }
         for key, value in (("gen_ai.request.max_tokens", info.max_tokens), ("gen_ai.request.temperature", info.temperature),

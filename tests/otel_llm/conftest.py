@@ -47,7 +47,19 @@ class Harness:
     def counter(self, name: str):
         return self.tel.snapshot().counters[name]
 
+    def dropped(self) -> dict[str, int]:
+        """Drops by reason, as a read sees them (a read folds pending finishes, whose checks count drops)."""
+        self.tel.snapshot()
+        return self.tel.table.dropped
+
 
 @pytest.fixture
 def h() -> Harness:
     return Harness()
+
+
+@pytest.fixture(params=["with spans", "metrics only"])
+def h_any(request) -> Harness:
+    """Both ways finished requests are folded: with a tracer at each finish (spans are emitted
+    then), without one in batches and before every read (`RequestTable.fold`)."""
+    return Harness() if request.param == "with spans" else Harness(tracer_provider=None, tracing=False)

@@ -135,6 +135,24 @@ def test_a_sender_hands_over_hops_in_batches_of_rows():
     assert transfer(batched) == pytest.approx(transfer(one))  # every bucket, count and sum of the four families
 
 
+def test_valid_hops_are_kept_until_a_full_batch_or_a_read():
+    """The pipeline folds hops PENDING_HOPS at a time (bounded memory), and every read sees all of them."""
+    from otel_llm.pipeline import PENDING_HOPS
+
+    p, _ = pipeline()
+    edge = ("0", "0", "1", "0")
+    labels = dict(zip(("from_stage", "from_replica", "to_stage", "to_replica"), edge))
+    r = p.arrival("r")
+    r.transfers(edge, np.array([[100, 0, 1, 2, 3]] * (PENDING_HOPS - 1)))
+    assert p._num_hops == PENDING_HOPS - 1  # kept
+    r.transfers(edge, np.array([[100, 0, 1, 2, 3]] * 2))
+    assert p._num_hops == 0  # a full batch: folded without a read
+    r.transfers(edge, np.array([[100, 0, 1, 2, 3]] * 3))
+    assert value(p, "vllm:omni_transfer_size_bytes_count", **labels) == PENDING_HOPS + 4  # a read folds the rest
+    assert value(p, "vllm:omni_transfer_size_bytes_sum", **labels) == 100 * (PENDING_HOPS + 4)
+    assert p._num_hops == 0
+
+
 def test_batched_hops_are_drawn_as_spans_only_when_valid():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -163,7 +163,7 @@ def drive(h: Harness) -> None:
                 h.rec.finished(rid, reason, max_seq_tokens=16)
                 h.rec.snapshot(SchedulerSnapshot(running=3, waiting=2, kv_usage=0.25))
             h.step(first + 10 * k * MS, f0 + (ttft_ms + 10 * k) * MS)
-    assert sum(h.tel.table.dropped.values()) == 0
+    assert sum(h.dropped().values()) == 0
 
 
 def e2e_s(requests) -> float:

@@ -1,8 +1,18 @@
 """Intervals on hand-built timelines equal the vLLM v1 definitions exactly."""
 
 import numpy as np
+import pytest
 
 from otel_llm import FinishReason, RequestInfo
+from otel_llm.request_table import FOLD_FINISHED
+
+from .conftest import Harness
+
+
+@pytest.fixture
+def h(h_any):
+    """Every test here in both ways finished requests are folded (conftest.h_any)."""
+    return h_any
 
 S = 1_000_000_000  # ns per second
 MS = 1_000_000
@@ -99,7 +109,7 @@ def test_counts_are_exact_for_many_requests(h):
     gen = h.hist("otel_llm.request.generation_tokens")
     assert gen.counts.sum() == n_req and gen.sums.sum() == produced
     assert h.tel.table.num_active == 0
-    assert sum(h.tel.table.dropped.values()) == 0
+    assert sum(h.dropped().values()) == 0
 
 
 def test_multi_token_outputs_and_parallel_sampling(h):
@@ -126,7 +136,7 @@ def test_abort_while_waiting_counts_but_records_no_engine_intervals(h):
     assert reasons[FinishReason.ABORT] == 1
     assert h.hist("otel_llm.request.queue.duration").counts.sum() == 0
     assert h.hist("gen_ai.server.request.duration").counts.sum() == 1
-    assert sum(h.tel.table.dropped.values()) == 0
+    assert sum(h.dropped().values()) == 0
 
 
 def test_slots_are_reused_and_table_grows(h):
@@ -139,7 +149,7 @@ def test_slots_are_reused_and_table_grows(h):
     assert again not in handles  # a reused slot gets a new generation
     h.rec.finished(handles[0], FinishReason.STOP)  # stale handle: dropped, counted
     h.step(S, S)
-    assert h.tel.table.dropped["unknown_request"] == 1
+    assert h.dropped()["unknown_request"] == 1
 
 
 def test_received_ns_ends_ttft_and_e2e_instead_of_the_ingest_time(h):
@@ -160,3 +170,50 @@ def test_received_ns_ends_ttft_and_e2e_instead_of_the_ingest_time(h):
     h.tel.ingest(data, received_ns=1 * S + 17 * MS)
     assert only_value(h, "gen_ai.server.time_to_first_token") == 12 * MS * 1e-9
     assert only_value(h, "gen_ai.server.request.duration") == 17 * MS * 1e-9
+
+
+def running(h, n: int) -> list[int]:
+    """n requests queued, scheduled and past their first token."""
+    rids = [h.tel.arrival(RequestInfo(f"r{i}", 3, "chat")) for i in range(n)]
+    for rid in rids:
+        h.at(S).queued(rid)
+        h.at(S).scheduled(rid)
+    h.at(2 * S).outputs(rids, 1)
+    h.step(2 * S, 2 * S)
+    return rids
+
+
+def test_finishes_are_folded_in_batches_and_every_read_sees_them():
+    h = Harness(tracer_provider=None, tracing=False)
+    table = h.tel.table
+    rids = running(h, FOLD_FINISHED + 1)
+    h.rec.finished(rids[0], FinishReason.STOP)
+    h.step(3 * S, 3 * S)
+    assert table.num_unfolded == 1 and table.num_active == FOLD_FINISHED  # gone from the live requests at once
+    h.at(4 * S).outputs([rids[0]], 1)  # a late event for it is dropped like any unknown handle
+    h.step(4 * S, 4 * S)
+    assert table.dropped["unknown_request"] == 1
+    assert h.tel.model_statistics()["inference_count"] == 1  # Triton statistics fold first
+    assert table.num_unfolded == 0
+    for rid in rids[1:FOLD_FINISHED]:
+        h.rec.finished(rid, FinishReason.LENGTH)
+    h.step(5 * S, 5 * S)
+    assert table.num_unfolded == FOLD_FINISHED - 1  # below the batch size: kept
+    h.rec.finished(rids[FOLD_FINISHED], FinishReason.LENGTH)
+    h.step(6 * S, 6 * S)
+    assert table.num_unfolded == 0  # the batch is full: folded without a read
+    reasons = h.counter("otel_llm.request.finished").reshape(-1, len(FinishReason)).sum(axis=0)
+    assert reasons[FinishReason.STOP] == 1 and reasons[FinishReason.LENGTH] == FOLD_FINISHED
+    e2e = h.hist("gen_ai.server.request.duration")
+    assert e2e.counts.sum() == FOLD_FINISHED + 1
+    assert np.isclose(e2e.sums.sum(), 2 * S * 1e-9 + (FOLD_FINISHED - 1) * 4 * S * 1e-9 + 5 * S * 1e-9)  # own finish times
+    assert table.num_active == 0 and sum(h.dropped().values()) == 1
+
+
+def test_with_a_tracer_each_finish_is_folded_and_its_spans_emitted_at_once():
+    h = Harness()
+    rid = running(h, 1)[0]
+    h.rec.finished(rid, FinishReason.STOP)
+    h.step(3 * S, 3 * S)
+    assert h.tel.table.num_unfolded == 0
+    assert {s.name for s in h.exporter.get_finished_spans()} >= {"chat m", "queue", "prefill", "decode"}

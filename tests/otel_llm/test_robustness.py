@@ -9,6 +9,12 @@ from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord, T
 from tests.otel_llm.test_request_table import S
 
 
+@pytest.fixture
+def h(h_any):
+    """Every test here in both ways finished requests are folded (conftest.h_any)."""
+    return h_any
+
+
 def test_unknown_ids_garbage_bytes_and_bad_values_are_counted(h):
     rid = h.tel.arrival(RequestInfo("r", 3, "chat"))
     h.at(S).queued(123456789)  # unknown
@@ -18,7 +24,7 @@ def test_unknown_ids_garbage_bytes_and_bad_values_are_counted(h):
     h.step(S, S)
     h.tel.ingest(b"garbage")
     h.tel.ingest(b"\x00" * 200)
-    d = h.tel.table.dropped
+    d = h.dropped()
     assert d["unknown_request"] == 3 and d["bad_value"] == 4
     assert h.tel.snapshot().counters["otel_llm.telemetry.dropped"][0] == 7
     assert h.tel.snapshot().gauges["otel_llm.kv_cache.usage"] is None
@@ -29,7 +35,7 @@ def test_out_of_order_events_do_not_poison_intervals(h):
     h.at(2 * S).outputs([rid], 1)  # a token before QUEUED/SCHEDULED were ever seen
     h.rec.finished(rid, FinishReason.STOP)
     h.step(2 * S, 2 * S)
-    assert h.tel.table.dropped["out_of_order"] == 1
+    assert h.dropped()["out_of_order"] == 1
     assert h.hist("otel_llm.request.prefill.duration").counts.sum() == 0
     assert h.counter("otel_llm.request.finished").sum() == 1  # still counted as finished
 
@@ -39,7 +45,7 @@ def test_frontend_failure_finishes_a_request(h):
     h.tel.fail(rid, FinishReason.ERROR)
     h.tel.fail(rid, FinishReason.ERROR)  # twice: the second is an unknown handle
     assert h.counter("otel_llm.request.finished").reshape(-1, 4)[:, FinishReason.ERROR].sum() == 1
-    assert h.tel.table.dropped["unknown_request"] == 1
+    assert h.dropped()["unknown_request"] == 1
 
 
 def test_malformed_step_record_is_rejected_by_the_decoder():

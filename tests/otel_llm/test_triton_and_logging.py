@@ -11,6 +11,12 @@ from otel_llm.triton import UnknownModel, statistics_response
 from tests.otel_llm.test_exposition import workload
 from tests.otel_llm.test_request_table import MS, run_timeline
 
+
+@pytest.fixture
+def h(h_any):
+    """Every test here in both ways finished requests are folded (conftest.h_any)."""
+    return h_any
+
 DURATION_KEYS = {"success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss"}
 
 
