@@ -140,22 +140,37 @@ class PipelineRequest:
     def audio_chunk(self, stage: str, replica: str, pcm_bytes: int, now_ns: int | None = None) -> None:
         """A streamed audio chunk's last byte went out (or arrived, on the client side). The
         first non-empty one observes TTFP."""
-        if not self._live:
+        if self._live:
+            self.audio_chunks(stage, replica, (self.pipeline.clock() if now_ns is None else now_ns,), (pcm_bytes,))
+
+    def audio_chunks(self, stage: str, replica: str, times_ns, sizes) -> None:
+        """Streamed audio chunks, at once: for a sender that keeps them (`array('q')`s or lists of
+        when each one's last byte went out, and its PCM bytes). The first non-empty chunk of the
+        request observes TTFP. A chunk with negative bytes or from before the arrival is dropped
+        (counted); chunks out of order drop the finish's listener simulation (counted)."""
+        if not self._live or not len(times_ns):
             return
-        now = self.pipeline.clock() if now_ns is None else now_ns
+        arrival = self.arrival_ns
+        if len(times_ns) != len(sizes) or min(sizes) < 0 or min(times_ns) < arrival:
+            rows = [(t, b) for t, b in zip(times_ns, sizes) if b >= 0 and t >= arrival]
+            self.pipeline._drop(max(len(times_ns), len(sizes)) - len(rows))
+            if not rows:
+                return
+            times_ns, sizes = [t for t, _ in rows], [b for _, b in rows]
+        ttfp = None
         with self._lock:
-            if self.finished is not None or pcm_bytes < 0 or now < self.arrival_ns:
-                self.pipeline._drop()
+            if self._refuse():
                 return
             at = self._audio_at
             if at is None or at[0] != stage or at[1] != replica:
                 self._audio_at = (stage, replica)
-            self._chunk_ns.append(now)
-            self._chunk_bytes.append(pcm_bytes)
-            if self._ttfp or not pcm_bytes:
-                return
-            self._ttfp = True
-        self.pipeline.observe_audio_ttfp(stage, replica, (now - self.arrival_ns) / 1e9)
+            self._chunk_ns.extend(times_ns)
+            self._chunk_bytes.extend(sizes)
+            if not self._ttfp and any(sizes):
+                self._ttfp = True
+                ttfp = next(t for t, b in zip(times_ns, sizes) if b)
+        if ttfp is not None:
+            self.pipeline.observe_audio_ttfp(stage, replica, (ttfp - arrival) / 1e9)
 
     def abort(self, now_ns: int | None = None) -> None:
         """The client went away or the request was cancelled: finished as `abort`."""

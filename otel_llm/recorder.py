@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .kv_residency import KVEvictions
-from .step import MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4
+from .step import (MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4,
+                   outputs_only_record)
 
 _EMPTY_I8 = np.zeros(0, np.int64)
 _EMPTY_I4 = np.zeros(0, np.int32)
@@ -183,5 +184,11 @@ class StepRecorder:
 
     def end_step_bytes(self, num_computed_prompt_tokens: int = 0) -> bytes | None:
         """`end_step` serialised for a process boundary (None when disabled)."""
+        if (self._all_one and len(self._out_rid) == 1 and not self._ev_rid and not self._fin_rid
+                and self._snapshot is None and not self._extended):  # steady decode: no record built
+            data = outputs_only_record(self._clock(), self.anchor_wall_ns, self.anchor_mono_ns,
+                                       num_computed_prompt_tokens, self._out_rid[0])
+            self._out_rid, self._out_n = [], []
+            return data
         rec = self.end_step(num_computed_prompt_tokens)
         return rec.to_bytes() if rec is not None else None

@@ -17,11 +17,13 @@ every `_RUN_STEPS` steps). A step that lists exactly the previous step's
 requests costs one bytes compare. (A step listing the same request twice is
 counted once when detectable; that is an engine bug, never an exception.)
 
-Finishes are folded in batches: a finished request's handle stops being valid at once and its
-state stays in its slot until `fold` observes `fold_at` finished requests together (a dozen
-histogram records cost about the same for one request or thirty) and frees their slots. The
-owner folds before every read (snapshot, Triton statistics), so a read never misses a finish;
-with a tracer, `fold_at` is 1 and each request's spans are emitted at its finish.
+Request-level work is folded in batches: a step checks its lifecycle events' handles and keeps
+the events, a first token only stamps its request's slot, and a finished request's handle stops
+being valid at once while its state stays in its slot, until `fold` applies the events and
+observes `fold_at` first tokens or finished requests together (a dozen histogram records cost
+about the same for one request or thirty) and frees the finished slots. The owner folds before
+every read (snapshot, Triton statistics), so a read never misses one; with a tracer, `fold_at` is
+1 and each request's spans are emitted at its finish.
 
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
 queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
@@ -67,10 +69,13 @@ MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
                "num_cached", "num_external", "max_tokens", "n", "npre", "chunks", "mat_seq",
                "fin_recv", "fin_reason", "fin_max_seq")
+_EVENT_ROW = np.full(256, -1, np.int64)  # uint8 event kind -> its column's row in `_ints` (-1: none)
+_EVENT_ROW[_QUEUED], _EVENT_ROW[_SCHEDULED] = _INT_FIELDS.index("queued"), _INT_FIELDS.index("sched")
 # Rows of (prompt, local hits, external hits), as one [3, 1] index: `_ints[_SPLIT_ROWS, slots]` gathers them at once.
 _SPLIT_ROWS = np.array([[_INT_FIELDS.index(f)] for f in ("num_prompt", "num_cached", "num_external")])
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
-FOLD_FINISHED = 32  # finished requests folded into the aggregates at once (and before every read)
+_PENDING_EVENTS = 4096  # lifecycle events kept before they are applied (and applied at every fold)
+FOLD_BATCH = 32  # first tokens, and finished requests, folded into the aggregates at once (and before every read)
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,9 @@ class RequestTable:
     """Slot-indexed per-request arrays plus the step-application logic."""
 
     def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20,
-                 fold_finished: int = FOLD_FINISHED):
-        """`fold_finished`: finished requests are folded into the aggregates this many at a time
-        (`fold`; 1: at once, as a tracer needs to emit each request's spans at its finish)."""
+                 fold_batch: int = FOLD_BATCH):
+        """`fold_batch`: first tokens and finished requests are folded into the aggregates this many
+        at a time (`fold`; 1: at once, as a tracer needs to emit each request's spans at its finish)."""
         if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
             raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
         self.metrics = metrics
@@ -131,8 +136,11 @@ class RequestTable:
         self.preemption_ts: list[list[int] | None] = []
         self.outputs: list[list[str] | None] = []
         self._free: list[int] = []
-        self.fold_at = fold_finished
+        self.fold_at = fold_batch
         self._retired: list[int] = []  # slots of finished requests not folded yet (see `fold`)
+        self._firsts: list[int] = []  # slots whose first token is not folded yet
+        self._pending_events: list[tuple] = []  # (slots, kind, ts, value, external) per step, not applied yet
+        self._num_events = 0
         self.num_active = 0
         self.live_hits = 0  # live requests with prefix-cache or KV-connector hits (none: their work is skipped)
         self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
@@ -213,6 +221,8 @@ class RequestTable:
             if len(rec.finished_rid) else None
 
     def _events(self, rec: StepRecord) -> None:
+        """Lifecycle events: their handles are checked now, and they are kept until the next fold
+        (`_apply_events`; nothing reads queue, schedule or preemption times before it)."""
         s, ok = self._slots(rec.event_rid)
         kind, ts, val, ext = rec.event_kind, rec.event_ts_ns, rec.event_value, rec.event_external
         if ext is not None and len(ext) != len(kind):
@@ -221,26 +231,49 @@ class RequestTable:
         if ok is not None:
             kind, ts, val = kind[ok], ts[ok], val[ok]
             ext = None if ext is None else ext[ok]
-        for k, field in ((_QUEUED, self.queued), (_SCHEDULED, self.sched)):
-            m = kind == k
-            if m.any():
-                sk, tk, vk = s[m], ts[m], val[m]
-                ek = ext[m] if ext is not None and k == _SCHEDULED else None
-                if _repeats(sk):  # the same request twice in one step: its first event counts
-                    sk, idx = np.unique(sk, return_index=True)
-                    tk, vk = tk[idx], vk[idx]
-                    ek = None if ek is None else ek[idx]
-                fresh = field[sk] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
-                field[sk[fresh]] = tk[fresh]
-                if k == _SCHEDULED and (vk.any() or ek is not None):
-                    self._prompt_split(sk[fresh], vk[fresh], None if ek is None else ek[fresh])
-        m = kind == _PREEMPTED
-        if m.any():
-            for slot, t in zip(s[m].tolist(), ts[m].tolist()):
+        if len(s):
+            self._pending_events.append((s, kind, ts, val, ext))
+            self._num_events += len(s)
+            if self._num_events >= _PENDING_EVENTS:
+                self._apply_events()
+
+    def _apply_events(self) -> None:
+        """The events kept since the last fold, in order: QUEUED and SCHEDULED set their column once
+        (vLLM ignores reschedules), a first scheduling's hits split the prompt, preemptions count."""
+        parts, self._pending_events, self._num_events = self._pending_events, [], 0
+        if len(parts) == 1:
+            s, kind, ts, val, ext = parts[0]
+        else:
+            s, kind, ts, val = (np.concatenate(column) for column in list(zip(*parts))[:4])
+            ext = None if all(p[4] is None for p in parts) else np.concatenate(
+                [p[4] if p[4] is not None else np.zeros(len(p[0]), np.int64) for p in parts])
+        pre = kind == _PREEMPTED
+        if pre.any():
+            for slot, t in zip(s[pre].tolist(), ts[pre].tolist()):
                 self.npre[slot] += 1
                 if self.preemption_ts[slot] is None:
                     self.preemption_ts[slot] = []
                 self.preemption_ts[slot].append(t)
+        rows = _EVENT_ROW[kind]
+        known = rows >= 0
+        if not known.all():
+            self.dropped["bad_value"] += int(np.count_nonzero(~known & ~pre))  # no such event kind
+            s, kind, ts, val, rows = s[known], kind[known], ts[known], val[known], rows[known]
+            ext = None if ext is None else ext[known]
+        if not len(s):
+            return
+        if _repeats(s * len(_INT_FIELDS) + rows):  # the same event again: the first counts
+            _, idx = np.unique(s * len(_INT_FIELDS) + rows, return_index=True)
+            s, kind, ts, val, rows = s[idx], kind[idx], ts[idx], val[idx], rows[idx]
+            ext = None if ext is None else ext[idx]
+        fresh = self._ints[rows, s] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
+        if not fresh.all():
+            s, kind, ts, val, rows = s[fresh], kind[fresh], ts[fresh], val[fresh], rows[fresh]
+            ext = None if ext is None else ext[fresh]
+        self._ints[rows, s] = ts
+        if val.any() or ext is not None:  # a first scheduling's hits split the prompt
+            sched = kind == _SCHEDULED
+            self._prompt_split(s[sched], val[sched], None if ext is None else ext[sched])
 
     def apply_steady(self, data: bytes, ts: int, num_computed_prompt_tokens: int) -> bool:
         """The steady decode step: `data` (a step record, see `step.outputs_only_header`) whose body
@@ -310,30 +343,45 @@ class RequestTable:
             self.checkpoint()
 
     def _entrants(self, e: np.ndarray, ts: int, now_ns: int) -> None:
-        """Requests outputting without having output in the previous step: first tokens and resumptions."""
+        """Requests outputting without having output in the previous step: first tokens (their
+        TTFT, prompt tokens and first response are folded later, see `fold`) and resumptions."""
         if _repeats(e):
             e = np.unique(e)  # the same request listed twice counts once
-        h = self.metrics.histograms
-        last = self.last[e]
         is_first = self.first[e] == 0
-        if is_first.any():
-            sf = e[is_first]
-            self.first[sf] = ts
-            self.first_recv[sf] = now_ns
-            h["gen_ai.server.time_to_first_token"].record(now_ns - self.arrival[sf], self.op[sf], self.trace[sf])
-            self._prompt_sources(sf)
-            sched = self.sched[e]
-            resp_ns = np.where(is_first, np.where(sched > 0, ts - sched, 0), ts - last)
-            h["otel_llm.request.inter_token_latency"].record(resp_ns[~is_first])
-        else:
-            resp_ns = ts - last
-            h["otel_llm.request.inter_token_latency"].record(resp_ns)
-        self._add_responses(self.chunks[e], resp_ns)
+        first = e if is_first.all() else e[is_first]
+        if len(first):
+            self.first[first] = ts
+            self.first_recv[first] = now_ns
+            self._firsts.extend(first.tolist())
+            if len(self._firsts) >= self.fold_at:
+                self._fold_pending()
+        if len(first) < len(e):
+            back = e[~is_first]
+            resp_ns = ts - self.last[back]
+            self.metrics.histograms["otel_llm.request.inter_token_latency"].record(resp_ns)
+            self._add_responses(self.chunks[back], resp_ns)
         self.last[e] = ts
         self.chunks[e] += 1
         self.mat_seq[e] = self.seq
         self.in_run[e] = True
         self.n_run += len(e)
+
+    def _fold_pending(self) -> None:
+        """The events, then the first tokens, kept since the last fold."""
+        if self._pending_events:
+            self._apply_events()
+        if self._firsts:
+            self._fold_firsts()
+
+    def _fold_firsts(self) -> None:
+        """First tokens since the last fold: TTFT, prompt tokens by source, Triton's first response."""
+        f = np.array(self._firsts, np.int64)
+        self._firsts = []
+        self.metrics.histograms["gen_ai.server.time_to_first_token"].record(
+            self.first_recv[f] - self.arrival[f], self.op[f], self.trace[f])
+        self._prompt_sources(f)
+        sched = self.sched[f]
+        self._add_responses(np.zeros(len(f), np.int64), np.where(sched > 0, self.first[f] - sched, 0))
 
     def _prompt_split(self, s: np.ndarray, local: np.ndarray, external: np.ndarray | None) -> None:
         """The first scheduling's hits of requests `s`, clamped to their prompt (negative: 0)."""
@@ -494,10 +542,12 @@ class RequestTable:
         return len(self._retired)
 
     def fold(self) -> FinishedBatch | None:
-        """Fold the finished requests not folded yet into the aggregates and free their slots;
-        returns them (for Triton statistics and spans), or None if there were none. Called by
-        `_finish` every `fold_at` requests, and by the owner before it reads the aggregates: a
-        batch of finishes costs about what one costs, and a read never misses one."""
+        """Fold what is kept into the aggregates, in order (events, first tokens, then finished
+        requests: a request may have all three) and free the finished requests' slots; returns
+        those (for Triton statistics and spans), or None if there were none. Called every `fold_at`
+        first tokens or finishes, and by the owner before it reads the aggregates: a batch costs
+        about what one costs, and a read never misses one."""
+        self._fold_pending()
         if not self._retired:
             return None
         s = np.array(self._retired, np.int64)

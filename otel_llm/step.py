@@ -259,6 +259,15 @@ class StepRecord(NamedTuple):
         )
 
 
+def outputs_only_record(step_ts_ns: int, anchor_wall_ns: int, anchor_mono_ns: int, num_computed_prompt_tokens: int,
+                        output_rid: np.ndarray) -> bytes:
+    """`StepRecord.to_bytes` of a step holding only single-token outputs `output_rid` (no events,
+    finishes, snapshot or extension): the steady decode step, encoded without building a record."""
+    return b"".join((_HEADER.pack(_MAGIC, _VERSION, _ALL_ONE, step_ts_ns, anchor_wall_ns, anchor_mono_ns,
+                                  num_computed_prompt_tokens, 0, len(output_rid), 0, 0, 0, 0.0, 0, 0, 0),
+                     _raw(output_rid, "<i8")))
+
+
 def outputs_only_header(data: bytes) -> tuple[int, int, int, int] | None:
     """(step_ts_ns, anchor_wall_ns, anchor_mono_ns, num_computed_prompt_tokens) when `data` is a
     record holding only single-token outputs, so that its body is exactly the output rid bytes;

@@ -24,7 +24,7 @@ from .lora import LoraRequests, LoraSnapshot
 from .metrics_state import MetricsSnapshot, MetricsState
 from .profiles import HIDDEN_VLLM, aggregation_table, hidden_version
 from .request import RequestInfo
-from .request_table import FOLD_FINISHED, RequestTable, operation_index
+from .request_table import FOLD_BATCH, RequestTable, operation_index
 from .step import FinishReason, StepRecord, outputs_only_header
 from .tracer_setup import resolve_tracer_provider
 from .tracing import RequestTracer, capture_content_from_env
@@ -64,8 +64,8 @@ class Telemetry:
         capture = capture_content_from_env() if config.capture_content is None else config.capture_content
         self.tracer = RequestTracer(provider, config.model_name, config.provider_name, capture, self.anchor) \
             if provider is not None else None
-        # Finished requests are folded in batches (before every read), or one by one for spans at each finish.
-        self.table = RequestTable(self.metrics, fold_finished=1 if self.tracer is not None else FOLD_FINISHED)
+        # First tokens and finishes are folded in batches (and before every read), or one by one with spans.
+        self.table = RequestTable(self.metrics, fold_batch=1 if self.tracer is not None else FOLD_BATCH)
         self._renderers: dict[str, Renderer] = {}
         self._stat_logger = None
         if config.log_stats:

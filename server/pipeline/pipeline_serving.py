@@ -8,12 +8,13 @@
 2. The forward task sends every engine output of the request to the replica as one transfer hop
    (`TalkerSession.send`: its text as bytes, even empty; the last one final). So with one token
    per engine step a request makes as many hops as it has completion tokens.
-3. The response reads the replica's `SpeechChunk`s (each completes a hop; the hops are handed to
-   telemetry `FOLD_HOPS` at a time and at the last chunk, or when the client goes away; the
-   stage-1 visit is recorded) and writes them: streamed as `delta.audio` chunks (base64 PCM and
-   transcript), then the `expires_at` update, the finish chunk, usage if asked for and `[DONE]`;
-   or at once as `message.audio`. Each PCM chunk is reported (`PipelineRequest.audio_chunk`) once
-   written, and the request finishes with the engine's reason after its last byte went out.
+3. The response reads the replica's `SpeechChunk`s (each completes a hop; the stage-1 visit is
+   recorded) and writes them: streamed as `delta.audio` chunks (base64 PCM and transcript), then
+   the `expires_at` update, the finish chunk, usage if asked for and `[DONE]`; or at once as
+   `message.audio`. Each streamed PCM chunk is kept once written (`TalkerSession.written`). The
+   session's hops and written chunks go to telemetry `FOLD_HOPS` at a time (`_hand_over`), the
+   first audio at once (TTFP), the rest before the request finishes with the engine's reason after
+   its last byte went out, or when the client goes away.
 
 A client that goes away (stream closed, or a dropped connection while a non-streamed body is
 being made) finishes the request as `abort`: the forward task is cancelled, which aborts the
@@ -112,12 +113,10 @@ class PipelineServing:
                     preq.stage_started(STAGE_TALKER, replica, c.work_start_ns)
                     started = True
                 if c.final:
-                    _hand_over_hops(preq, session)
                     preq.stage_finished(STAGE_TALKER, replica, c.done_ns)
                     if c.error is not None:
                         raise OpenAIError(500, f"speech synthesis failed: {c.error}", code="talker_error")
-            if session.num_hops >= FOLD_HOPS:
-                _hand_over_hops(preq, session)
+            _hand_over(preq, session, FOLD_HOPS)  # bounded: the rest goes before the finish
             yield chunks
             if chunks[-1].final:
                 return
@@ -141,8 +140,8 @@ class PipelineServing:
                         audio_id = None
                     if events:
                         yield "".join(events)
-                    for piece in pcm:  # written: the generator resumes once the server sent them
-                        preq.audio_chunk(STAGE_TALKER, replica, len(piece))
+                    if session.written([len(piece) for piece in pcm]):  # sent: the generator resumes then
+                        preq.audio_chunks(STAGE_TALKER, replica, *session.take_audio())  # the first audio: TTFP now
                 await forward
                 tail = [audio_expiry_chunk(rid, created, model, 0, usage_too),
                         protocol.chat_chunk(rid, created, model, 0, {}, outcome.reason, usage_too)]
@@ -156,6 +155,7 @@ class PipelineServing:
                 reason = "error"
             yield SSE_DONE
             ended = True
+            _hand_over(preq, session)
             preq.finish(reason)
         finally:
             _end(preq, session, forward, ended)
@@ -174,10 +174,11 @@ class PipelineServing:
                 await forward
             except OpenAIError:
                 ended = True
-                _hand_over_hops(preq, session)
+                _hand_over(preq, session)
                 preq.finish("error")
                 raise
             ended = True  # finished by the response once sent
+            _hand_over(preq, session)
         finally:
             _end(preq, session, forward, ended)
         created, data = int(time.time()), b"".join(pcm)
@@ -210,9 +211,13 @@ class _AudioResponse(JSONResponse):
         preq.finish(reason)
 
 
-def _hand_over_hops(preq, session: TalkerSession) -> None:
-    """The session's hops not yet observed go to telemetry (before the request finishes)."""
-    preq.transfers(session.edge, session.take_hops())
+def _hand_over(preq, session: TalkerSession, at_least: int = 1) -> None:
+    """The session's hops and written audio chunks not yet observed go to telemetry, each once there
+    are `at_least` (in batches of `FOLD_HOPS` while the response runs, and all before it finishes)."""
+    if session.num_hops >= at_least:
+        preq.transfers(session.edge, session.take_hops())
+    if session.num_written >= at_least:
+        preq.audio_chunks(STAGE_TALKER, session.replica.name, *session.take_audio())
 
 
 def _end(preq, session: TalkerSession, forward: asyncio.Future, ended: bool) -> None:
@@ -220,7 +225,7 @@ def _end(preq, session: TalkerSession, forward: asyncio.Future, ended: bool) -> 
     request is aborted if still running (cancelling `forward` closes its batches) and the talker
     session closed (cancelled if its last chunk had not come)."""
     if not ended:
-        _hand_over_hops(preq, session)  # those that came before the client went
+        _hand_over(preq, session)  # those that came before the client went
         preq.abort()
     forward.cancel()
     session.close()

@@ -4,7 +4,8 @@
 bytes ready (tx ends) and puts them in the replica's inbox. The replica's `SpeechChunk`s come
 back on `outputs`; `received(chunk)` joins the sender's and receiver's timestamps into the hop's
 row (size, tx start, tx end, rx start, rx end), kept until `take_hops` hands them over in a batch
-(`PipelineRequest.transfers`; with `record_hops=False`, stats off, no timestamps are taken). The
+(`PipelineRequest.transfers`; with `record_hops=False`, stats off, no timestamps are taken), and
+`written` keeps the audio chunks the response wrote, also handed over in batches (`take_audio`). The
 inbox put itself (a few microseconds) counts as in flight: tx ends before it, so the receiver can
 never start before the sender ended (one monotonic clock, causal order).
 
@@ -33,6 +34,8 @@ class TalkerSession:
         self._record = record_hops
         self._sent: dict[int, tuple[int, int]] = {}  # seq -> (tx start ns, tx end ns)
         self._hops = array("q")  # the received hops' rows, flat, until take_hops
+        self._audio_ns, self._audio_bytes = array("q"), array("q")  # audio chunks written, until take_audio
+        self._audio_started = False
         self._seq = 0
         self._open = True
         self.finished = False  # the replica's final chunk came
@@ -61,6 +64,31 @@ class TalkerSession:
         if self._record:
             tx_start, tx_end = self._sent.pop(chunk.seq)
             self._hops.extend((chunk.size_bytes, tx_start, tx_end, chunk.rx_start_ns, chunk.rx_end_ns))
+
+    def written(self, sizes: list[int]) -> bool:
+        """Audio chunks of `sizes` PCM bytes went out to the client now (kept until `take_audio`).
+        True when they hold the response's first audio: hand it over at once (TTFP)."""
+        if not self._record or not sizes:
+            return False
+        now = time.monotonic_ns()
+        for size in sizes:
+            self._audio_ns.append(now)
+            self._audio_bytes.append(size)
+        first = not self._audio_started and any(sizes)
+        self._audio_started = self._audio_started or first
+        return first
+
+    @property
+    def num_written(self) -> int:
+        """Audio chunks written and not yet taken."""
+        return len(self._audio_ns)
+
+    def take_audio(self) -> tuple[array, array]:
+        """The written audio chunks since the last call: (last-byte ns, PCM bytes), for
+        `PipelineRequest.audio_chunks`."""
+        taken = self._audio_ns, self._audio_bytes
+        self._audio_ns, self._audio_bytes = array("q"), array("q")
+        return taken
 
     @property
     def num_hops(self) -> int:

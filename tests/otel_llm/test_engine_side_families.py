@@ -252,6 +252,20 @@ def test_round_trip_with_the_extension():
     assert outputs_only_header(steady) is not None and len(steady) == HEADER_SIZE + 8  # unchanged
 
 
+@pytest.mark.parametrize("prompt_tokens", [0, 300])
+def test_the_steady_step_is_encoded_as_its_record_would_be(prompt_tokens):
+    """`end_step_bytes` encodes a step of single-token outputs without building a record: the same bytes."""
+    h = Harness()
+    h.at(7 * 10**9).outputs([11, 12 << 32 | 3, 13], [1, 1, 1])
+    data = h.rec.end_step_bytes(prompt_tokens)
+    h.at(7 * 10**9).outputs([11, 12 << 32 | 3, 13], [1, 1, 1])
+    h.rec.snapshot(SchedulerSnapshot(3, 0, 0.1, 0, 0, 0))  # a snapshot: the record path
+    rec = StepRecord.from_bytes(h.rec.end_step_bytes(prompt_tokens))._replace(snapshot=None)
+    assert data == rec.to_bytes() and outputs_only_header(data) == (7 * 10**9, h.rec.anchor_wall_ns,
+                                                                    h.rec.anchor_mono_ns, prompt_tokens)
+    assert StepRecord.from_bytes(data).output_rid.tolist() == [11, 12 << 32 | 3, 13]
+
+
 def test_a_truncated_or_malformed_extension_is_a_counted_drop():
     h = Harness()
     h.rec.spec_decode(1, 2, 1, [1, 0])

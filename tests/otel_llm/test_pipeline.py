@@ -194,6 +194,29 @@ def test_audio_frames_are_the_pcm_samples_and_ttfp_within_e2e():
     assert value(p, "vllm:omni_audio_underrun_s_count", **stage) == 3
 
 
+def test_audio_chunks_at_once_equal_one_by_one():
+    """`audio_chunks` (a sender that keeps its chunks) observes what one `audio_chunk` per chunk
+    does; bad rows are dropped (counted) and the rest kept."""
+    one, one_clock = pipeline()
+    batched, _ = pipeline()
+    times = [10 * SECOND + k * 50 * MS for k in range(1, 6)]
+    sizes = [0, 800, 1600, 1600, 1600]
+    r = one.arrival("r", audio=True)
+    for t, b in zip(times, sizes):
+        r.audio_chunk("1", "0", b, t)
+    one_clock.t = times[-1]
+    r.finish("stop", gen_time_s=0.2)
+    b = batched.arrival("r", audio=True)
+    b.audio_chunks("1", "0", array("q", times[:2]), array("q", sizes[:2]))
+    assert value(batched, "vllm:omni_audio_ttfp_s_count", stage="1", replica="0") == 1  # at the first audio
+    b.audio_chunks("1", "0", [5 * SECOND, times[2], times[2]], [800, -1, sizes[2]])  # before arrival; negative
+    assert batched.dropped == 2
+    b.audio_chunks("1", "0", times[3:], sizes[3:])
+    b.finish("stop", now_ns=times[-1], gen_time_s=0.2)
+    audio = {k: v for k, v in samples(one).items() if "audio" in k[0]}
+    assert audio and {k: v for k, v in samples(batched).items() if "audio" in k[0]} == audio
+
+
 def test_stall_fails_continuity_and_empty_audio_is_skipped():
     p, clock = pipeline(continuity_thresholds_ms=(100, 500))
     r = p.arrival("stall", audio=True)

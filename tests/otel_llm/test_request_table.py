@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm.request_table import FOLD_FINISHED
+from otel_llm.request_table import FOLD_BATCH
 
 from .conftest import Harness
 
@@ -186,28 +186,60 @@ def running(h, n: int) -> list[int]:
 def test_finishes_are_folded_in_batches_and_every_read_sees_them():
     h = Harness(tracer_provider=None, tracing=False)
     table = h.tel.table
-    rids = running(h, FOLD_FINISHED + 1)
+    rids = running(h, FOLD_BATCH + 1)
     h.rec.finished(rids[0], FinishReason.STOP)
     h.step(3 * S, 3 * S)
-    assert table.num_unfolded == 1 and table.num_active == FOLD_FINISHED  # gone from the live requests at once
+    assert table.num_unfolded == 1 and table.num_active == FOLD_BATCH  # gone from the live requests at once
     h.at(4 * S).outputs([rids[0]], 1)  # a late event for it is dropped like any unknown handle
     h.step(4 * S, 4 * S)
     assert table.dropped["unknown_request"] == 1
     assert h.tel.model_statistics()["inference_count"] == 1  # Triton statistics fold first
     assert table.num_unfolded == 0
-    for rid in rids[1:FOLD_FINISHED]:
+    for rid in rids[1:FOLD_BATCH]:
         h.rec.finished(rid, FinishReason.LENGTH)
     h.step(5 * S, 5 * S)
-    assert table.num_unfolded == FOLD_FINISHED - 1  # below the batch size: kept
-    h.rec.finished(rids[FOLD_FINISHED], FinishReason.LENGTH)
+    assert table.num_unfolded == FOLD_BATCH - 1  # below the batch size: kept
+    h.rec.finished(rids[FOLD_BATCH], FinishReason.LENGTH)
     h.step(6 * S, 6 * S)
     assert table.num_unfolded == 0  # the batch is full: folded without a read
     reasons = h.counter("otel_llm.request.finished").reshape(-1, len(FinishReason)).sum(axis=0)
-    assert reasons[FinishReason.STOP] == 1 and reasons[FinishReason.LENGTH] == FOLD_FINISHED
+    assert reasons[FinishReason.STOP] == 1 and reasons[FinishReason.LENGTH] == FOLD_BATCH
     e2e = h.hist("gen_ai.server.request.duration")
-    assert e2e.counts.sum() == FOLD_FINISHED + 1
-    assert np.isclose(e2e.sums.sum(), 2 * S * 1e-9 + (FOLD_FINISHED - 1) * 4 * S * 1e-9 + 5 * S * 1e-9)  # own finish times
+    assert e2e.counts.sum() == FOLD_BATCH + 1
+    assert np.isclose(e2e.sums.sum(), 2 * S * 1e-9 + (FOLD_BATCH - 1) * 4 * S * 1e-9 + 5 * S * 1e-9)  # own finish times
     assert table.num_active == 0 and sum(h.dropped().values()) == 1
+
+
+def test_first_tokens_are_folded_in_batches_and_every_read_sees_them():
+    h = Harness(tracer_provider=None, tracing=False)
+    running(h, 2)  # below the batch size: kept
+    assert h.hist("gen_ai.server.time_to_first_token").counts.sum() == 2  # a read folds them
+    assert h.counter("otel_llm.usage.prompt_tokens").sum() == 6
+    assert h.tel.model_statistics()["response_stats"]["0"]["success"] == {"count": 2, "ns": 2 * S}  # SCHEDULED at 1 s
+    running(h, FOLD_BATCH)  # a full batch: folded as it comes
+    assert h.tel.table._firsts == []
+
+
+def test_lifecycle_events_are_kept_until_a_fold_and_bounded(monkeypatch):
+    from otel_llm import request_table
+
+    monkeypatch.setattr(request_table, "_PENDING_EVENTS", 4)
+    h = Harness(tracer_provider=None, tracing=False)
+    table = h.tel.table
+    rids = [h.tel.arrival(RequestInfo(f"r{i}", 3, "chat")) for i in range(3)]
+    for rid in rids:
+        h.at(S).queued(rid)
+    h.step(S, S)
+    assert table._num_events == 3 and table.queued[rids[0] & (table.cap - 1)] == 0  # kept
+    h.at(S + 10 * MS).scheduled(rids[0])
+    h.at(S + 10 * MS).scheduled(rids[0])  # twice in a step: the first counts
+    h.step(S + 10 * MS, S + 10 * MS)
+    assert table._num_events == 0  # the bound: applied without a read
+    h.at(S + 20 * MS).outputs([rids[0]], 1)
+    h.rec.finished(rids[0], FinishReason.STOP)
+    h.step(S + 20 * MS, S + 20 * MS)
+    assert only_value(h, "otel_llm.request.queue.duration") == 10 * MS * 1e-9
+    assert only_value(h, "otel_llm.request.prefill.duration") == 10 * MS * 1e-9
 
 
 def test_with_a_tracer_each_finish_is_folded_and_its_spans_emitted_at_once():

@@ -64,12 +64,24 @@ async def test_a_replica_speaks_the_text_as_it_arrives(talker):
     assert session.replica.active == 0
 
 
+async def test_written_audio_is_kept_until_taken_and_the_first_audio_is_flagged(talker):
+    session = TalkerSession(talker, "alloy", asyncio.get_running_loop())
+    assert not session.written([]) and not session.written([0])  # no audio yet: nothing to hand over at once
+    assert session.written([0, 960])  # the response's first audio: hand it over now (TTFP)
+    assert not session.written([480])
+    times, sizes = session.take_audio()
+    assert list(sizes) == [0, 0, 960, 480] and list(times) == sorted(times)
+    assert [len(a) for a in session.take_audio()] == [0, 0]
+    session.close()
+
+
 async def test_a_session_with_stats_off_takes_no_hop_timestamps(talker):
     session = TalkerSession(talker, "alloy", asyncio.get_running_loop(), record_hops=False)
     chunks = await _speak(session, ["Hel", "lo"])
     for c in chunks:
         session.received(c)
     assert session.finished and session.num_hops == 0 and len(session.take_hops()) == 0 and not session._sent
+    assert not session.written([960]) and [len(a) for a in session.take_audio()] == [0, 0]
     session.close()
 
 
