@@ -2,9 +2,9 @@
 
 Threads: `arrival`, `ingest`, `set_output`, `fail` and `reject` are called by the
 frontend (any thread; they take the lock briefly). Collection (`snapshot`,
-`render`, OTel readers, the stat logger) takes the same lock only to fold the
-finished requests still pending (`RequestTable.fold`), flush and copy the
-aggregates, then works off-lock. Nothing here raises into the caller on bad
+`render`, OTel readers, the stat logger) takes the same lock only to fold what
+the request table keeps (events, first tokens, finishes: `RequestTable.fold`),
+flush and copy the aggregates, then works off-lock. Nothing here raises into the caller on bad
 data: malformed steps, unknown handles, out-of-order events and bad values are
 dropped and counted (`otel_llm.telemetry.dropped`).
 
@@ -192,7 +192,7 @@ class Telemetry:
     # -- collection ----------------------------------------------------------------------
 
     def _fold(self) -> None:
-        """Fold the finished requests still pending in the table (under the lock; see `RequestTable.fold`)."""
+        """Fold what the table keeps into the aggregates (under the lock; see `RequestTable.fold`)."""
         finished = self.table.fold()
         if finished is not None:
             self.triton.on_finished(finished)

@@ -4,8 +4,8 @@
 bytes ready (tx ends) and puts them in the replica's inbox. The replica's `SpeechChunk`s come
 back on `outputs`; `received(chunk)` joins the sender's and receiver's timestamps into the hop's
 row (size, tx start, tx end, rx start, rx end), kept until `take_hops` hands them over in a batch
-(`PipelineRequest.transfers`; with `record_hops=False`, stats off, no timestamps are taken), and
-`written` keeps the audio chunks the response wrote, also handed over in batches (`take_audio`). The
+(`PipelineRequest.transfers`), and `written` keeps the audio chunks the response wrote, also
+handed over in batches (`take_audio`); with `record_hops=False` (stats off) neither is kept. The
 inbox put itself (a few microseconds) counts as in flight: tx ends before it, so the receiver can
 never start before the sender ended (one monotonic clock, causal order).
 
