@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord, TelemetryConfig
-from tests.otel_llm.test_request_table import S
+from tests.otel_llm.test_request_table import MS, S
 
 
 @pytest.fixture
@@ -28,6 +28,18 @@ def test_unknown_ids_garbage_bytes_and_bad_values_are_counted(h):
     assert d["unknown_request"] == 3 and d["bad_value"] == 4
     assert h.tel.snapshot().counters["otel_llm.telemetry.dropped"][0] == 7
     assert h.tel.snapshot().gauges["otel_llm.kv_cache.usage"] is None
+
+
+def test_an_event_kind_that_does_not_exist_is_a_counted_drop(h):
+    rid = h.tel.arrival(RequestInfo("r", 3, "chat"))
+    h.at(S)._event(rid, 7)  # not QUEUED, SCHEDULED or PREEMPTED (a newer or broken engine)
+    h.at(S).queued(rid)
+    h.at(S + 10 * MS).scheduled(rid)
+    h.at(S + 20 * MS).outputs([rid], 1)
+    h.rec.finished(rid, FinishReason.STOP)
+    h.step(S + 20 * MS, S + 20 * MS)
+    assert h.dropped()["bad_value"] == 1
+    assert h.hist("otel_llm.request.queue.duration").sums.sum() == 10 * MS * 1e-9  # the others still count
 
 
 def test_out_of_order_events_do_not_poison_intervals(h):
