@@ -166,9 +166,9 @@ class PipelineRequest:
                 self._audio_at = (stage, replica)
             self._chunk_ns.extend(times_ns)
             self._chunk_bytes.extend(sizes)
-            if not self._ttfp and any(sizes):
-                self._ttfp = True
-                ttfp = next(t for t, b in zip(times_ns, sizes) if b)
+            if not self._ttfp:
+                ttfp = next((t for t, b in zip(times_ns, sizes) if b), None)  # the first non-empty chunk
+                self._ttfp = ttfp is not None
         if ttfp is not None:
             self.pipeline.observe_audio_ttfp(stage, replica, (ttfp - arrival) / 1e9)
 

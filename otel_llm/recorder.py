@@ -188,7 +188,7 @@ class StepRecorder:
                 and self._snapshot is None and not self._extended):  # steady decode: no record built
             data = outputs_only_record(self._clock(), self.anchor_wall_ns, self.anchor_mono_ns,
                                        num_computed_prompt_tokens, self._out_rid[0])
-            self._out_rid, self._out_n = [], []
+            self._out_rid, self._out_n = [], []  # all that such a step filled (see `_reset`)
             return data
         rec = self.end_step(num_computed_prompt_tokens)
         return rec.to_bytes() if rec is not None else None

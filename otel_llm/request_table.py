@@ -256,24 +256,17 @@ class RequestTable:
                 self.preemption_ts[slot].append(t)
         rows = _EVENT_ROW[kind]
         known = rows >= 0
-        if not known.all():
-            self.dropped["bad_value"] += int(np.count_nonzero(~known & ~pre))  # no such event kind
-            s, kind, ts, val, rows = s[known], kind[known], ts[known], val[known], rows[known]
-            ext = None if ext is None else ext[known]
-        if not len(s):
-            return
-        if _repeats(s * len(_INT_FIELDS) + rows):  # the same event again: the first counts
-            _, idx = np.unique(s * len(_INT_FIELDS) + rows, return_index=True)
-            s, kind, ts, val, rows = s[idx], kind[idx], ts[idx], val[idx], rows[idx]
-            ext = None if ext is None else ext[idx]
-        fresh = self._ints[rows, s] == 0  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
-        if not fresh.all():
-            s, kind, ts, val, rows = s[fresh], kind[fresh], ts[fresh], val[fresh], rows[fresh]
-            ext = None if ext is None else ext[fresh]
-        self._ints[rows, s] = ts
+        self.dropped["bad_value"] += int(np.count_nonzero(~known & ~pre))  # no such event kind
+        i = np.flatnonzero(known)
+        key = s[i] * len(_INT_FIELDS) + rows[i]
+        if _repeats(key):  # the same event again: the first counts
+            i = i[np.unique(key, return_index=True)[1]]
+        i = i[self._ints[rows[i], s[i]] == 0]  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
+        s, kind, val = s[i], kind[i], val[i]
+        self._ints[rows[i], s] = ts[i]
         if val.any() or ext is not None:  # a first scheduling's hits split the prompt
             sched = kind == _SCHEDULED
-            self._prompt_split(s[sched], val[sched], None if ext is None else ext[sched])
+            self._prompt_split(s[sched], val[sched], None if ext is None else ext[i][sched])
 
     def apply_steady(self, data: bytes, ts: int, num_computed_prompt_tokens: int) -> bool:
         """The steady decode step: `data` (a step record, see `step.outputs_only_header`) whose body

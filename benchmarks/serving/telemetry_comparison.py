@@ -61,4 +61,3 @@ def compare_telemetry(args) -> dict:
     result["span_names"] = span_names
     result["rounds"] = rounds
     return result
-
