@@ -3,6 +3,9 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 PIP   := $(PY) -m pip
 TORCH ?= 2.13.0
+# A connection cut off mid-download is resumed and retried instead of failing the set-up.
+export PIP_RETRIES ?= 10
+export PIP_RESUME_RETRIES ?= 10
 
 .PHONY: setup serve test bench clean
 

@@ -1,17 +1,25 @@
 """The two-stage pipeline (`otel-llm serve-pipeline`) with stats on against stats off, at saturation.
 
-Each of `--repeats` rounds starts two serve-pipeline servers (dummy model, tone talker): one with
-stats on (stage-0 `vllm:*` families with stage/replica, the pipeline's `vllm:omni_*` families,
-every request, hop and audio chunk recorded), one with `--disable-log-stats`, and runs the same
-load of streamed audio chat requests (all at once, `--concurrency` in flight) against both,
-time-sliced (`benchmarks/serving/time_slicing.py`: one server and its client run for `--slice` s
-while the other is stopped, so machine-speed noise hits both alike; stamps are mapped to each
-server's running time). Per round: output-token throughput on/off, and the mean end-to-end latency
-delta (on - off) / off. Targets: throughput ratio >= 0.98, mean latency delta <= 1%.
+Each of `--repeats` rounds starts two serve-pipeline servers (tone talker): one with stats on
+(stage-0 `vllm:*` families with stage/replica, the pipeline's `vllm:omni_*` families, every
+request, hop and audio chunk recorded), one with `--disable-log-stats`, and runs the same load of
+streamed audio chat requests (all at once, `--concurrency` in flight) against both, time-sliced
+(`benchmarks/serving/time_slicing.py`: one server and its client run for `--slice` s while the
+other is stopped, so machine-speed noise hits both alike; stamps are mapped to each server's
+running time). Per round: output-token throughput on/off, and the mean end-to-end latency delta
+(on - off) / off. Targets: throughput ratio >= 0.98, mean latency delta <= 1%.
+
+Stage 0's model: `--model dummy` (default) runs its forward pass on the CPU, so the engine, the
+API process, its talker threads and the load client share the machine's cores and every
+microsecond of telemetry comes out of throughput. `--model null --null-step-ms MS` has the engine
+take MS per step with the CPU free meanwhile, as with the forward pass on an accelerator (the
+deployment vLLM-Omni measured); with `--concurrency` above `--max-num-seqs` the engine runs full
+batches with a queue waiting.
 
 Progress goes to stderr; one JSON object to stdout.
 
     python benchmarks/pipeline_bench.py --repeats 3 --num-requests 96 --concurrency 16 --max-tokens 32
+    python benchmarks/pipeline_bench.py --model null --null-step-ms 10 --max-num-seqs 64 --concurrency 96
 """
 
 from __future__ import annotations
@@ -42,9 +50,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slice", type=float, default=0.2, help="seconds each server runs in turn")
     p.add_argument("--load-timeout", type=float, default=300.0, help="seconds of running time per load, at most")
     p.add_argument("--talker-replicas", type=int, default=2)
+    p.add_argument("--model", default="dummy", choices=("dummy", "null"),
+                   help="stage 0's model: dummy (its forward pass on the CPU) or null (no forward pass)")
+    p.add_argument("--null-step-ms", type=float, default=None, metavar="MS",
+                   help="with --model null: every engine step takes at least MS, as an accelerator's would")
+    p.add_argument("--max-num-seqs", type=int, default=None, help="the engine's batch limit (default: the server's)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    args.ignore_eos, args.audio, args.model_name = True, True, "dummy"  # what time_sliced reads
+    if args.null_step_ms is not None and args.model != "null":
+        p.error("--null-step-ms needs --model null")
+    args.ignore_eos, args.audio, args.model_name = True, True, args.model  # what time_sliced reads
     return args
 
 
@@ -53,8 +68,11 @@ def run(args) -> dict:
     rounds = []
     for r in range(args.repeats):
         order = ("off", "on") if r % 2 == 0 else ("on", "off")  # each leads the slices in turn
-        servers = {mode: ManagedServer("dummy", mode == "on", None, None,
-                                       ["--talker-replicas", str(args.talker_replicas)], command="serve-pipeline")
+        extra = ["--talker-replicas", str(args.talker_replicas)]
+        if args.null_step_ms is not None:
+            extra += ["--null-step-ms", str(args.null_step_ms)]
+        servers = {mode: ManagedServer(args.model, mode == "on", None, args.max_num_seqs, extra,
+                                       command="serve-pipeline")
                    for mode in order}
         try:
             for srv in servers.values():
@@ -69,6 +87,7 @@ def run(args) -> dict:
     counts_exact = all(rd["on"]["counts"] and all(c["exact"] for c in rd["on"]["counts"].values()) for rd in rounds)
     result = {
         "benchmark": "pipeline_stats_on_vs_off", "method": "time_sliced", "slice_s": args.slice,
+        "model": args.model, "null_step_ms": args.null_step_ms, "max_num_seqs": args.max_num_seqs,
         "requests_per_round": args.num_requests, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
         "talker_replicas": args.talker_replicas, "repeats": args.repeats,
         "throughput_ratio_on_vs_off": median(thr), "throughput_ratio_ci90": median_ci90(thr),
