@@ -161,9 +161,7 @@ class PipelineRequest:
         with self._lock:
             if self._refuse():
                 return
-            at = self._audio_at
-            if at is None or at[0] != stage or at[1] != replica:
-                self._audio_at = (stage, replica)
+            self._audio_at = (stage, replica)
             self._chunk_ns.extend(times_ns)
             self._chunk_bytes.extend(sizes)
             if not self._ttfp:

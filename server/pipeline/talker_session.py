@@ -70,10 +70,8 @@ class TalkerSession:
         True when they hold the response's first audio: hand it over at once (TTFP)."""
         if not self._record or not sizes:
             return False
-        now = time.monotonic_ns()
-        for size in sizes:
-            self._audio_ns.append(now)
-            self._audio_bytes.append(size)
+        self._audio_ns.extend([time.monotonic_ns()] * len(sizes))
+        self._audio_bytes.extend(sizes)
         first = not self._audio_started and any(sizes)
         self._audio_started = self._audio_started or first
         return first
