@@ -13,11 +13,11 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==$(TORCH)   # first: a pinned CPU wheel; an unpinned torch pulls CUDA
-	$(PIP) install -q -e '.[serve,test]'
+	$(PIP) install -q -e '.[all,test]'
 	touch $@
 
 setup: $(VENV)/.installed
-	$(PY) -c "from server.model import ensure_smollm2_gguf; print('model file:', ensure_smollm2_gguf())"
+	$(PY) -c "from otel_llm.server.model import ensure_smollm2_gguf; print('model file:', ensure_smollm2_gguf())"
 
 PORT   ?= 8000
 MODEL  ?= smollm2
@@ -26,12 +26,12 @@ TRACES ?= .traces
 # Main job: a collector keeping traces (request timelines at http://127.0.0.1:16686/ui), the server
 # on SmolLM2 sending its spans there, the built-in demo load against it; both left running.
 serve: setup
-	@$(PY) -m server collector --trace-store $(TRACES) & cpid=$$!; \
-	$(PY) -m server serve --model $(MODEL) --port $(PORT) --otlp-traces-endpoint http://127.0.0.1:4318 & pid=$$!; \
+	@$(PY) -m otel_llm collector --trace-store $(TRACES) & cpid=$$!; \
+	$(PY) -m otel_llm serve --model $(MODEL) --port $(PORT) --otlp-traces-endpoint http://127.0.0.1:4318 & pid=$$!; \
 	trap 'kill $$pid $$cpid 2>/dev/null' INT TERM EXIT; \
 	$(PY) -c "import sys,time,httpx; d=time.time()+300; \
 	exec('while time.time()<d:\n try:\n  if httpx.get(\'http://127.0.0.1:$(PORT)/health\').status_code==200: sys.exit(0)\n except httpx.HTTPError: pass\n time.sleep(0.5)'); sys.exit('server did not become healthy')" && \
-	$(PY) -m server demo --url http://127.0.0.1:$(PORT) --timeline-url http://127.0.0.1:16686/ui && \
+	$(PY) -m otel_llm demo --url http://127.0.0.1:$(PORT) --timeline-url http://127.0.0.1:16686/ui && \
 	echo "Server still running on http://127.0.0.1:$(PORT) (metrics: /metrics, Triton stats: /v2/models/stats); request timelines: http://127.0.0.1:16686/ui. Ctrl-C to stop." && \
 	wait $$pid
 

@@ -50,8 +50,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.exposition import render  # noqa: E402
-from collector.metric_store import MetricStore  # noqa: E402
+from otel_llm.collector.exporter.prometheus.exposition import render  # noqa: E402
+from otel_llm.collector.exporter.prometheus.metric_store import MetricStore  # noqa: E402
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig  # noqa: E402
 from otel_llm.bridge import to_metrics_data  # noqa: E402
 
@@ -103,7 +103,7 @@ class CollectorProcess:
 
     def __enter__(self) -> CollectorProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "collector", "--otlp-http-port", "0", "--otlp-grpc-port", "0",
+            [sys.executable, "-m", "otel_llm", "collector", "--otlp-http-port", "0", "--otlp-grpc-port", "0",
              "--prometheus-port", "0", *self.extra], cwd=Path(__file__).resolve().parents[1],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
@@ -221,7 +221,7 @@ def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: 
     --tail-sampling (default thresholds; spans dropped by the sampler count as done)."""
     import tempfile
 
-    from collector.otlp_receiver import OtlpReceiver
+    from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 
     spans = sum(len(ss.spans) for body in bodies[:1]
                 for rs in ExportTraceServiceRequest.FromString(body).resource_spans for ss in rs.scope_spans)

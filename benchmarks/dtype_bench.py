@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.serving.server_process import ManagedServer  # noqa: E402
-from server.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from otel_llm.server.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 MODEL = "smollm2"
 DTYPES = ("float32", "bfloat16")

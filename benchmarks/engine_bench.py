@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from otel_llm.server.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 PROGRESS_INTERVAL_S = 2.0
 

@@ -3,7 +3,7 @@ with the trace backend flapping and the engine killed once; one JSON object at t
 
     python benchmarks/soak.py --minutes 10
 
-The server is `python -m server serve --model dummy --max-request-bytes 1048576
+The server is `python -m otel_llm serve --model dummy --max-request-bytes 1048576
 --otlp-traces-endpoint <backend>` (`serve_bench.ManagedServer`, `OTEL_BSP_SCHEDULE_DELAY=500`).
 `--concurrency` workers (8) each send one request after another until the time is up, drawn
 from this mix (seeded):
@@ -17,9 +17,9 @@ from this mix (seeded):
   1 MiB limit, refused fields (`tools`, ...): each must get a 4xx.
 
 Meanwhile:
-- the OTLP/HTTP trace backend (`collector.otlp_receiver.OtlpReceiver`, in a process of its own
+- the OTLP/HTTP trace backend (`otel_llm.collector.receiver.otlp_http.OtlpReceiver`, in a process of its own
   on a fixed port) is up for the first half of every minute and killed for the second half;
-- `/metrics` is scraped every second (`server.demo.scrape`): it must parse, and no counter,
+- `/metrics` is scraped every second (`otel_llm.server.demo.scrape`): it must parse, and no counter,
   histogram count, sum or bucket may go backwards;
 - at half time the engine process is killed (SIGKILL); the server must restart it by itself
   (`/health` "restarting", then "ok" with `engine_restarts` 1). Requests sent before the
@@ -70,8 +70,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.serving.server_process import ManagedServer, free_port  # noqa: E402 (after the path is set)
-from server.demo import scrape  # noqa: E402
-from server.engine_process import engine_pids  # noqa: E402
+from otel_llm.server.demo import scrape  # noqa: E402
+from otel_llm.server.engine_process import engine_pids  # noqa: E402
 
 MAX_REQUEST_BYTES = 1 << 20
 REASONS = ("stop", "length", "abort", "error")
@@ -315,7 +315,7 @@ def _failure(kind: str, exc: Exception, t_send: float) -> Outcome:
 def _backend_main(port: int, spans, ready) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, Signal
+    from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig, Signal
 
     def sink(sig: Signal, payload: bytes) -> None:
         if sig is Signal.TRACES:

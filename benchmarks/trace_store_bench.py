@@ -37,9 +37,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
 
-from collector.jaeger_api import trace_json  # noqa: E402
-from collector.trace_query import TraceQuery  # noqa: E402
-from collector.trace_store import TraceStore, TraceStoreConfig  # noqa: E402
+from otel_llm.collector.extension.jaeger_query import trace_json  # noqa: E402
+from otel_llm.collector.tracestore.query import TraceQuery  # noqa: E402
+from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig  # noqa: E402
 
 SPANS_PER_REQUEST, REQUESTS_PER_BATCH = 5, 100
 WINDOW_S = 2 * 3600

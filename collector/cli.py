@@ -15,7 +15,7 @@ import sqlite3
 import sys
 import threading
 
-from collector.arg_types import port, positive_int
+from otel_llm.cli.arg_types import port, positive_int
 from otel_llm.profiles import PROFILE_NAMES
 
 logger = logging.getLogger("otel_llm.collector")
@@ -46,11 +46,11 @@ def _checked_by(config: str, what: str, example: str):
     return parse
 
 
-_remote_write_url = _checked_by("collector.remote_write_exporter:RemoteWriteConfig", "URL",
+_remote_write_url = _checked_by("otel_llm.collector.exporter.remote_write.exporter:RemoteWriteConfig", "URL",
                                 "e.g. http://127.0.0.1:9090/api/v1/write")
-_trace_backend = _checked_by("collector.otlp_exporter:OtlpExporterConfig", "trace backend",
+_trace_backend = _checked_by("otel_llm.collector.exporter.otlp:OtlpExporterConfig", "trace backend",
                              "http://host:4318/v1/traces or grpc://host:4317")
-_metric_backend = _checked_by("collector.otlp_exporter:OtlpExporterConfig", "OTLP metric backend",
+_metric_backend = _checked_by("otel_llm.collector.exporter.otlp:OtlpExporterConfig", "OTLP metric backend",
                               "http://host:4318/v1/metrics or grpc://host:4317")
 
 
@@ -69,7 +69,7 @@ duration_s.__name__ = "duration"
 _threshold.__name__, _fraction.__name__ = "duration or off", "fraction"
 
 
-def add_parser(sub) -> None:
+def add_parsers(sub) -> None:
     p = sub.add_parser("collector", help="receive OTLP metrics and traces from many servers; Prometheus and trace "
                                          "backends out",
                        description="OTLP metrics and traces in (HTTP and gRPC). Metrics -> the metric-name shim -> a "
@@ -79,17 +79,22 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default=None,
                    help="address every listener binds: 127.0.0.1 by default, 0.0.0.0 for all "
                         "(in --print-otelcol-config: 0.0.0.0 by default, as in a container)")
-    p.add_argument("--otlp-http-port", type=port, default=4318)
-    p.add_argument("--otlp-grpc-port", type=port, default=4317)
-    p.add_argument("--prometheus-port", type=port, default=9464, help="serves /metrics")
+    p.set_defaults(run=run, extras=("collector",))
+    p.add_argument("--otlp-http-port", type=port, default=4318,
+                   help="the OTLP/HTTP receiver's port: POST /v1/metrics, /v1/traces, /v1/logs (default 4318; 0: any "
+                        "free port)")
+    p.add_argument("--otlp-grpc-port", type=port, default=4317,
+                   help="the OTLP/gRPC receiver's port (default 4317; 0: any free port)")
+    p.add_argument("--prometheus-port", type=port, default=9464, help="serves /metrics (default 9464)")
     p.add_argument("--metrics-compat", choices=PROFILE_NAMES, default="vllm",
                    help="names on /metrics, as on a server's own /metrics?compat=NAME: vLLM's (default), OTel "
                         "semconv, SGLang's, TGI's or Triton's")
     p.add_argument("--metric-expiry", type=duration_s, default=300.0,
                    help="drop a series not updated for this long (default 5m)")
     p.add_argument("--cardinality-limit", type=positive_int, default=2000,
-                   help="series per metric and sender before the rest go into an otel_metric_overflow series")
-    p.add_argument("--max-series", type=positive_int, default=200_000, help="series held in all")
+                   help="series per metric and sender before the rest go into an otel_metric_overflow series "
+                        "(default 2000)")
+    p.add_argument("--max-series", type=positive_int, default=200_000, help="series held in all (default 200000)")
     p.add_argument("--remote-write-url", action="append", default=[], metavar="URL", type=_remote_write_url,
                    help="also push to this Prometheus remote-write 1.0 endpoint, e.g. "
                         "http://127.0.0.1:9090/api/v1/write (repeatable)")
@@ -158,7 +163,7 @@ def add_parser(sub) -> None:
 
 def scrape_targets(args: argparse.Namespace) -> tuple:
     """--scrape-target and --scrape-config -> ScrapeTargets. Raises ValueError naming the flag or file."""
-    from collector.scrape_receiver import load_scrape_config, parse_target
+    from otel_llm.collector.receiver.scrape import load_scrape_config, parse_target
 
     timeout = args.scrape_timeout
     if timeout is not None and timeout > args.scrape_interval:
@@ -180,10 +185,10 @@ def scrape_targets(args: argparse.Namespace) -> tuple:
 
 
 def config_from_args(args: argparse.Namespace):
-    from collector.app import CollectorConfig
-    from collector.metric_store import StoreConfig
-    from collector.tail_sampler import TailSamplingConfig
-    from collector.trace_store import TraceStoreConfig
+    from otel_llm.collector.service import CollectorConfig
+    from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
+    from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+    from otel_llm.collector.tracestore.store import TraceStoreConfig
 
     sampling = TailSamplingConfig(
         decision_wait_s=args.decision_wait, ttft_above_s=args.keep_ttft_above, e2e_above_s=args.keep_e2e_above,
@@ -203,7 +208,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def print_otelcol_config(args: argparse.Namespace) -> int:
-    from collector.otelcol_config import render_otelcol_config
+    from otel_llm.collector.otelcol.config import render_otelcol_config
 
     if args.trace_store:
         print("otel-llm collector: error: --trace-store keeps traces on this host; otelcol-contrib has no "
@@ -234,8 +239,8 @@ def print_otelcol_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    from collector.app import Collector
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    from otel_llm.collector.service import Collector
 
     if args.print_otelcol_config:
         return print_otelcol_config(args)

@@ -3,18 +3,23 @@
 Content negotiation: OpenMetrics 1.0 when the `Accept` header asks for it
 (Prometheus does), else text format 0.0.4. Snapshotting holds each Telemetry's
 lock only to copy aggregates; rendering runs in a worker thread so a scrape
-never stalls streaming responses on the event loop. `?compat=NAME` serves any
+never stalls streaming responses on the event loop (anyio's, as Starlette runs; asyncio's
+when anyio is not installed). `?compat=NAME` serves any
 profile (`profiles.PROFILE_NAMES`) from the same aggregates, so a mixed fleet
 can be scraped under one name set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from urllib.parse import parse_qs
 from collections.abc import Callable, Iterable
+from urllib.parse import parse_qs
 
-import anyio
+try:
+    from anyio import to_thread
+except ImportError:  # no Starlette/FastAPI here: asyncio's worker threads
+    to_thread = None
 
 from .cardinality import DEFAULT_CARDINALITY_LIMIT
 from .exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Renderer, SelfFamily, negotiate
@@ -72,7 +77,8 @@ def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Itera
             await send({"type": "http.response.body", "body": body})
             return
         accept = dict(scope.get("headers") or []).get(b"accept", b"").decode("latin-1")
-        body, openmetrics = await anyio.to_thread.run_sync(render, negotiate(accept), compat)
+        render_args = (render, negotiate(accept), compat)
+        body, openmetrics = await (to_thread.run_sync(*render_args) if to_thread else asyncio.to_thread(*render_args))
         ctype = CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode())]})

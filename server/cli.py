@@ -1,11 +1,11 @@
-"""`otel-llm` command line: `serve` (the reference server), `serve-pipeline` (the same server as
-stage 0 of a two-stage text-to-speech pipeline, `server.pipeline`), `collector` (see
-`collector.cli`), `timeline` (see `collector.timeline_cli`) and `demo` (a client).
+"""`otel-llm serve` (the reference server), `serve-pipeline` (the same server as stage 0 of a
+two-stage text-to-speech pipeline, `otel_llm.server.pipeline`) and `demo` (a client); the
+`otel-llm` command itself is `otel_llm.cli`.
 
-This is the one edge where flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+This is the one edge where the server's flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`) are read; everything below gets a frozen
 `ServerConfig` (with its `EngineConfig`), and `serve-pipeline` a `PipelineServerConfig` too.
-A bad value fails here, naming it, with exit code 2.
+A bad value fails here, naming it, with exit code 2. Building the parsers imports no extra.
 """
 
 from __future__ import annotations
@@ -15,29 +15,34 @@ import logging
 import os
 import sys
 
-from collector import cli as collector_cli
-from collector import timeline_cli
-from collector.arg_types import int_in, port, positive_float, positive_int
+from otel_llm.cli.arg_types import int_in, port, positive_float, positive_int
 from otel_llm.custom_buckets import parse_specs
 from otel_llm.pipeline_families import PREFIXES
-from server.config import METRICS_COMPAT, ServerConfig
-from server.engine.config import DTYPES, EngineConfig
-from server.model.specs import BUILTIN_MODELS
-from server.pipeline.pipeline_config import PipelineServerConfig
-from server.pipeline.synth_config import BACKENDS
+from otel_llm.server.config import METRICS_COMPAT, ServerConfig
+from otel_llm.server.engine.config import DTYPES, EngineConfig
+from otel_llm.server.model.specs import BUILTIN_MODELS
+from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
+from otel_llm.server.pipeline.synth_config import BACKENDS
 
 logger = logging.getLogger("otel_llm.server")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="otel-llm", description="OpenTelemetry-first LLM serving")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    _add_serve_arguments(sub.add_parser("serve", help="run the OpenAI-compatible server (API process + engine "
-                                                      "process)"))
+def add_parsers(sub) -> None:
+    """`serve`, `serve-pipeline` and `demo` under the `otel-llm` command's subparsers."""
+    serve = sub.add_parser("serve", help="run the OpenAI-compatible server (API process + engine process)",
+                           description="The reference serving stack: an OpenAI-compatible API (/v1/chat/completions, "
+                                       "/v1/completions, /v1/models) in front of a torch engine in its own process, "
+                                       "fully instrumented: vLLM's /metrics, gen_ai spans over OTLP, Triton's "
+                                       "statistics at /v2/models/stats.")
+    serve.set_defaults(run=run_serve, extras=("serve",))
+    _add_serve_arguments(serve)
     pipeline = sub.add_parser("serve-pipeline", help="run the server as a two-stage text-to-speech pipeline: the "
                                                      "engine (stage 0) writes text, talker replicas (stage 1) speak "
-                                                     "it (chat requests with modalities [\"text\", \"audio\"])")
+                                                     "it (chat requests with modalities [\"text\", \"audio\"])",
+                              description="`serve` with a second stage: talker replicas turn the engine's text into "
+                                          "audio, streamed as the chat API's audio deltas; vLLM-Omni's pipeline, "
+                                          "transfer and audio families on /metrics.")
+    pipeline.set_defaults(run=run_serve, extras=("serve",))
     _add_serve_arguments(pipeline)
     pipeline.add_argument("--talker-replicas", type=positive_int, default=PipelineServerConfig.talker_replicas,
                           metavar="N", help="stage-1 replicas (threads); a request stays on the least loaded one "
@@ -49,37 +54,41 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the pipeline families' prefix: vLLM-Omni's vllm:omni_ (default) or its later "
                                "vllm_omni:")
 
-    collector_cli.add_parser(sub)
-    timeline_cli.add_parser(sub)
-
-    demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics")
-    demo.add_argument("--url", default="http://127.0.0.1:8000")
-    demo.add_argument("--requests", type=positive_int, default=16)
-    demo.add_argument("--concurrency", type=positive_int, default=8)
-    demo.add_argument("--max-tokens", type=positive_int, default=48)
+    demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics",
+                          description="A client: chat requests with the openai library against a running server, "
+                                      "then its server-side TTFT, ITL and end-to-end latency from /metrics.")
+    demo.set_defaults(run=run_demo, extras=("serve",))
+    demo.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+    demo.add_argument("--requests", type=positive_int, default=16, help="chat requests to send (default 16)")
+    demo.add_argument("--concurrency", type=positive_int, default=8, help="at most this many at once (default 8)")
+    demo.add_argument("--max-tokens", type=positive_int, default=48, help="max_tokens of each request (default 48)")
     demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     demo.add_argument("--timeline-url", default=None,
                       help="a collector's request timeline page (http://HOST:16686/ui) that keeps the server's "
                            "traces: the demo links its requests there")
-    return parser
 
 
 def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     """The flags of `serve`, which `serve-pipeline` shares."""
     serve.add_argument("--model", default="dummy", help=f"{' | '.join(BUILTIN_MODELS)} | a Hugging Face Llama directory")
     serve.add_argument("--served-model-name", default=None, help="name clients use (default: the model's name)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=port, default=8000)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1, this host only; 0.0.0.0 for all)")
+    serve.add_argument("--port", type=port, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--dtype", choices=DTYPES, default="auto",
                        help="auto: bfloat16 on CUDA, float32 on CPU (bfloat16 decodes faster on a CPU with "
                             "native bf16 but changes small models' greedy answers)")
     serve.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
-    serve.add_argument("--max-num-seqs", type=positive_int, default=64)
-    serve.add_argument("--max-num-batched-tokens", type=positive_int, default=2048)
-    serve.add_argument("--num-kv-blocks", type=positive_int, default=None)
-    serve.add_argument("--block-size", type=positive_int, default=16)
-    serve.add_argument("--max-model-len", type=positive_int, default=None)
-    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--max-num-seqs", type=positive_int, default=64,
+                       help="sequences the engine runs at once; the rest wait in the queue (default 64)")
+    serve.add_argument("--max-num-batched-tokens", type=positive_int, default=2048,
+                       help="tokens one engine step computes, prefill and decode together (default 2048)")
+    serve.add_argument("--num-kv-blocks", type=positive_int, default=None,
+                       help="KV cache blocks (default: sized from a memory budget, 1 GiB at most on a CPU)")
+    serve.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV cache block (default 16)")
+    serve.add_argument("--max-model-len", type=positive_int, default=None,
+                       help="context length: prompt plus output tokens (default: the model's)")
+    serve.add_argument("--seed", type=int, default=0, help="the sampler's random seed (default 0)")
     serve.add_argument("--metrics-compat", choices=METRICS_COMPAT, default="vllm",
                        help="metric names on /metrics: vLLM's (default), OTel semconv, SGLang's, TGI's or "
                             "Triton's; /metrics?compat=NAME serves any of them")
@@ -112,11 +121,11 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "(default: $OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, then $OTEL_EXPORTER_OTLP_ENDPOINT; "
                             "none: no push); every $OTEL_METRIC_EXPORT_INTERVAL ms (60000), over "
                             "$OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL (http/protobuf or grpc)")
-    serve.add_argument("--disable-log-stats", action="store_true", help="turn telemetry off")
-    serve.add_argument("--log-stats-interval", type=positive_float, default=10.0, help="seconds between stat log lines")
+    serve.add_argument("--disable-log-stats", action="store_true", help="turn telemetry off (no /metrics families, no spans, no stat log)")
+    serve.add_argument("--log-stats-interval", type=positive_float, default=10.0, help="seconds between stat log lines (default 10)")
     serve.add_argument("--in-process", action="store_true", help="run the engine in a thread of the API process")
     serve.add_argument("--max-recv-per-iter", type=positive_int, default=64,
-                       help="commands the engine loop drains per iteration")
+                       help="commands the engine loop drains per iteration (default 64)")
     serve.add_argument("--engine-threads", type=positive_int, default=None,
                        help="torch threads in the engine (default: cores - 1)")
     serve.add_argument("--access-log", action="store_true", help="turn uvicorn's access log on")
@@ -196,7 +205,7 @@ def pipeline_config_from_args(args: argparse.Namespace) -> PipelineServerConfig:
 
 def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; `pipeline`: as `otel-llm serve-pipeline`."""
-    from server.engine_process import cap_threads
+    from otel_llm.server.engine_process import cap_threads
 
     # One torch thread in the API process (it only tokenizes); the engine gets the rest.
     cap_threads(config.engine_threads if config.in_process else 1)
@@ -205,10 +214,10 @@ def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) ->
     sys.setswitchinterval(0.001)
     import uvicorn
 
-    from server.api import create_app
-    from server.api.arrival import stamping_protocol
-    from server.api.shutdown import BoundedServer, ShutdownClock
-    from server.engine_client import EngineClient, EngineStartError
+    from otel_llm.server.api import create_app
+    from otel_llm.server.api.arrival import stamping_protocol
+    from otel_llm.server.api.shutdown import BoundedServer, ShutdownClock
+    from otel_llm.server.engine_client import EngineClient, EngineStartError
 
     client = EngineClient(config)
     try:
@@ -234,27 +243,19 @@ def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) ->
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "demo":
-        from server.demo import run_demo
+def run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    from otel_llm.server.demo import run_demo
 
-        for noisy in ("httpx", "httpx2", "openai"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-        return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url)
-    if args.command == "collector":
-        return collector_cli.run(args)
-    if args.command == "timeline":
-        return timeline_cli.run(args)
+    for noisy in ("httpx", "httpx2", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url)
+
+
+def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`serve` and `serve-pipeline`: a bad flag value ends with the parser's usage error (exit 2)."""
     try:
         config = config_from_args(args)
         pipeline = pipeline_config_from_args(args) if args.command == "serve-pipeline" else None
     except ValueError as exc:
         parser.error(_flag_message(str(exc)))  # exits 2
     return serve(config, pipeline)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

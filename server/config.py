@@ -1,6 +1,6 @@
 """`ServerConfig`: the one validated configuration of the serving stack.
 
-Built once at the edge (`server.cli` parses flags and the environment) and passed
+Built once at the edge (`otel_llm.server.cli` parses flags and the environment) and passed
 down, frozen. The engine's own fields live in `engine` (an `EngineConfig`, which
 validates them); `__post_init__` validates the server-level fields. Both raise
 `ValueError` naming the bad value, so a bad flag fails at startup, never at the
@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 from otel_llm.cardinality import DEFAULT_CARDINALITY_LIMIT
 from otel_llm.profiles import PROFILE_NAMES, hidden_version, resolve_custom_buckets
-from server.engine.config import EngineConfig
-from server.model.specs import BUILTIN_MODELS
+from otel_llm.server.engine.config import EngineConfig
+from otel_llm.server.model.specs import BUILTIN_MODELS
 
 METRICS_COMPAT = PROFILE_NAMES
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """Everything `otel-llm serve` needs; see `server.cli` for the flag of each field."""
+    """Everything `otel-llm serve` needs; see `otel_llm.server.cli` for the flag of each field."""
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     served_model_name: str | None = None
@@ -44,7 +44,7 @@ class ServerConfig:
     otlp_metrics_endpoint: str | None = None
     access_log: bool = False
     max_request_bytes: int = 4 * 1024 * 1024  # larger bodies get 413 before they are read
-    # vLLM's frontend admission limits (None: no limit); a request past one is refused (server.api.admission)
+    # vLLM's frontend admission limits (None: no limit); a request past one is refused (otel_llm.server.api.admission)
     max_num_queued_reqs: int | None = None  # unfinished sequences, waiting or running
     max_num_queued_tokens: int | None = None  # prompt tokens of requests not yet past prefill
     admission_status: int = 429  # of a refused request: 429, or 503 as vLLM

@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from otel_llm import FinishReason
-from server import ipc
-from server.config import ServerConfig
+from otel_llm.server import ipc
+from otel_llm.server.config import ServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +117,14 @@ class EngineClient:
         api_conn, engine_conn = ctx.Pipe(duplex=True)
         engine = replace(cfg.engine, num_threads=cfg.engine_threads)
         if cfg.in_process:
-            from server.engine_process import run_engine
+            from otel_llm.server.engine_process import run_engine
 
             self._thread = threading.Thread(
                 target=run_engine, args=(engine_conn, engine, cfg.max_recv_per_iter), name="engine-loop", daemon=True,
             )
             self._thread.start()
         else:
-            from server.engine_process import engine_main
+            from otel_llm.server.engine_process import engine_main
 
             # The EngineConfig (a frozen dataclass) is pickled once, here, into the new process.
             self._proc = ctx.Process(

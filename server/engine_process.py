@@ -2,7 +2,7 @@
 
 `run_engine` runs either as the target of a spawned process (`engine_main`, the
 default topology) or in a thread of the API process (`--in-process`); the wire is
-the same `Connection` and the same flat-bytes messages (`server.ipc`) either way.
+the same `Connection` and the same flat-bytes messages (`otel_llm.server.ipc`) either way.
 
 Loop, single-threaded, owns the engine:
     1. drain at most `max_recv_per_iter` commands (block only when idle), so a
@@ -23,10 +23,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server import ipc
+from otel_llm.server import ipc
 
 if TYPE_CHECKING:
-    from server.engine.config import EngineConfig
+    from otel_llm.server.engine.config import EngineConfig
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def run_engine(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -
 
 def _run(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None:
     try:
-        from server.engine.llm_engine import LLMEngine
+        from otel_llm.server.engine.llm_engine import LLMEngine
 
         engine = LLMEngine(config)
     except BaseException as exc:
@@ -92,7 +92,7 @@ def _run(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None
 
 
 def _loop(conn: Connection, engine, max_recv_per_iter: int) -> None:
-    from server.engine.sampling import SamplingParams
+    from otel_llm.server.engine.sampling import SamplingParams
 
     last_sent = time.monotonic()
     while True:

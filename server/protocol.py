@@ -19,6 +19,9 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
+from otel_llm.server.audio_spec import (
+    AUDIO_FORMATS, AUDIO_VOICES, MODALITIES, PCM16_SAMPLE_RATE_HZ, SUPPORTED_AUDIO_FORMAT)
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -73,12 +76,6 @@ class ChatMessage(BaseModel):
 
 
 # OpenAI's audio output (`ChatCompletionAudioParam`, `ChatCompletionModality` in the openai client's types).
-MODALITIES = ("text", "audio")
-AUDIO_FORMATS = ("wav", "aac", "mp3", "flac", "opus", "pcm16")
-AUDIO_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
-                "marin", "cedar")
-SUPPORTED_AUDIO_FORMAT = "pcm16"  # 16-bit little-endian mono PCM at PCM16_SAMPLE_RATE_HZ
-PCM16_SAMPLE_RATE_HZ = 24000  # OpenAI's pcm16: "Only a 24kHz sample rate is supported"
 
 
 class VoiceID(BaseModel):

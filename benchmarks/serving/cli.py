@@ -15,7 +15,7 @@ from the usage chunk (``stream_options.include_usage``). Reported: mean/p50/p90/
 each, request throughput, output token throughput, wall time.
 
 Server: ``--url`` for a running one, or ``--start-server`` to launch
-``python -m server serve --model dummy`` on a free port (telemetry fully on: metrics + OTLP
+``python -m otel_llm serve --model dummy`` on a free port (telemetry fully on: metrics + OTLP
 traces to a local OtlpReceiver in its own process, OTEL_TRACES_SAMPLER=always_on).
 
 ``--compare-telemetry`` (at saturation: ``--rates inf``): every one of ``--repeats`` rounds
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--url", default=None, help="benchmark a running server (e.g. http://127.0.0.1:8000)")
-    src.add_argument("--start-server", action="store_true", help="launch python -m server serve on a free port")
+    src.add_argument("--start-server", action="store_true", help="launch python -m otel_llm serve on a free port")
     p.add_argument("--compare-telemetry", action="store_true",
                    help="(with --start-server) run the load with telemetry fully on and fully off")
     p.add_argument("--server-model", default="dummy", help="--model for a started server")

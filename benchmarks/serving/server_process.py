@@ -1,4 +1,4 @@
-"""A server this benchmark starts (`python -m server serve`, or `serve-pipeline`), and the CPU its processes use."""
+"""A server this benchmark starts (`python -m otel_llm serve`, or `serve-pipeline`), and the CPU its processes use."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.serving import REPO_ROOT, log
-from server.engine_process import engine_pids
+from otel_llm.server.engine_process import engine_pids
 
 
 def free_port() -> int:
@@ -29,7 +29,7 @@ class ManagedServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.pids: dict[str, int] = {}  # "api", "engine" (not with --in-process): for CPU accounting
-        cmd = [sys.executable, "-m", "server", command, "--model", model, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "otel_llm", command, "--model", model, "--port", str(self.port)]
         if max_num_seqs:
             cmd += ["--max-num-seqs", str(max_num_seqs)]
         env = dict(os.environ)

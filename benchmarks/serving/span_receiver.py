@@ -30,7 +30,7 @@ class _CountingSink:
 
 
 def _receiver_main(conn) -> None:
-    from collector.otlp_receiver import OtlpReceiver
+    from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 
     sink = _CountingSink()
     with OtlpReceiver(sink) as rx:
@@ -40,7 +40,7 @@ def _receiver_main(conn) -> None:
 
 
 class ReceiverProcess:
-    """The OTLP receiver (collector.otlp_receiver, counting spans) in its own process, like a
+    """The OTLP receiver (otel_llm.collector.receiver.otlp_http, counting spans) in its own process, like a
     real collector: its decoding never competes with this client for the GIL."""
 
     def __enter__(self) -> "ReceiverProcess":

@@ -46,7 +46,7 @@ from openai import OpenAI
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests/vllm/harness: how to build and run the CPU vLLM
-OTEL_LLM = [shutil.which("otel-llm")] if shutil.which("otel-llm") else [sys.executable, "-m", "server"]
+OTEL_LLM = [shutil.which("otel-llm")] if shutil.which("otel-llm") else [sys.executable, "-m", "otel_llm"]
 
 
 def free_port() -> int:

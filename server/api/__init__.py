@@ -1,5 +1,5 @@
 """The OpenAI-compatible HTTP frontend (API process side of `otel-llm serve`)."""
 
-from server.api.app import create_app
+from otel_llm.server.api.app import create_app
 
 __all__ = ["create_app"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from server.api.errors import OpenAIError
+from otel_llm.server.api.errors import OpenAIError
 
 logger = logging.getLogger(__name__)
 

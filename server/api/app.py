@@ -1,5 +1,5 @@
 """`create_app(config)`: the FastAPI application of `otel-llm serve` (and, with `pipeline`, of
-`otel-llm serve-pipeline`: the engine is stage 0 of a text-to-speech pipeline, `server.pipeline`).
+`otel-llm serve-pipeline`: the engine is stage 0 of a text-to-speech pipeline, `otel_llm.server.pipeline`).
 
 The lifespan starts the engine (process or thread), waits for READY, builds the
 telemetry SDK with the engine's `max_model_len`, and attaches the engine reader
@@ -37,20 +37,20 @@ from otel_llm.exposition import SelfFamily
 from otel_llm.instruments import Kind
 from otel_llm.meter_setup import otlp_metric_reader, service_resource
 from otel_llm.redaction import redact_url
-from server import protocol
-from server.api import triton
-from server.api.arrival import ArrivalStamp
-from server.api.body_limit import BodyLimit
-from server.api.errors import OpenAIError, http_error_handler, openai_error_handler, validation_error_handler
-from server.api.http_metrics import HttpMetrics
-from server.api.serving import OpenAIServing
-from server.api.shutdown import ShutdownClock, finish_within
-from server.api.tracing import ServerSpanMiddleware, build_tracer_provider
-from server.config import ServerConfig
-from server.engine_client import EngineClient
-from server.model import load_tokenizer
-from server.pipeline.pipeline_app import STAGE_REPLICA, PipelineStack
-from server.pipeline.pipeline_config import PipelineServerConfig
+from otel_llm.server import protocol
+from otel_llm.server.api import triton
+from otel_llm.server.api.arrival import ArrivalStamp
+from otel_llm.server.api.body_limit import BodyLimit
+from otel_llm.server.api.errors import OpenAIError, http_error_handler, openai_error_handler, validation_error_handler
+from otel_llm.server.api.http_metrics import HttpMetrics
+from otel_llm.server.api.serving import OpenAIServing
+from otel_llm.server.api.shutdown import ShutdownClock, finish_within
+from otel_llm.server.api.tracing import ServerSpanMiddleware, build_tracer_provider
+from otel_llm.server.config import ServerConfig
+from otel_llm.server.engine_client import EngineClient
+from otel_llm.server.model import load_tokenizer
+from otel_llm.server.pipeline.pipeline_app import STAGE_REPLICA, PipelineStack
+from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import json
 
 from starlette.exceptions import HTTPException
 
-from server.api.errors import error_body
+from otel_llm.server.api.errors import error_body
 
 _DRAIN_MAX_BYTES = 64 << 20
 _DRAIN_TIMEOUT_S = 10.0

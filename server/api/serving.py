@@ -10,7 +10,7 @@ slow reader costs fewer writes, not more. If the client goes away before the
 request finished (stream closed, or the connection dropped while waiting for a
 non-streaming body) the request is aborted in the engine. A chat request for audio output is
 refused with a 400, unless an `audio` hook makes it (`otel-llm serve-pipeline`'s
-`server.pipeline.pipeline_serving.PipelineServing`): it then consumes the engine's outputs.
+`otel_llm.server.pipeline.pipeline_serving.PipelineServing`): it then consumes the engine's outputs.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from otel_llm import FinishReason, RequestInfo
-from server import ipc, protocol
-from server.api.admission import Admission
-from server.api.errors import OpenAIError, bad_request
-from server.engine_client import TERMINAL_REASONS, EngineClient, EngineDead, Rejected, ShuttingDown
+from otel_llm.server import ipc, protocol
+from otel_llm.server.api.admission import Admission
+from otel_llm.server.api.errors import OpenAIError, bad_request
+from otel_llm.server.engine_client import TERMINAL_REASONS, EngineClient, EngineDead, Rejected, ShuttingDown
 
 logger = logging.getLogger(__name__)
 _REASONS = {int(r): r.name.lower() for r in FinishReason}

@@ -21,7 +21,7 @@ def _state(request: Request):
 
 @router.get("/v2")
 async def server_metadata(request: Request) -> JSONResponse:
-    from server import __version__
+    from otel_llm.server import __version__
 
     return JSONResponse({"name": "otel-llm", "version": __version__, "extensions": ["statistics"]})
 

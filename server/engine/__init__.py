@@ -12,7 +12,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """Lazy exports: `server.engine.config` (and the CLI) must not import torch."""
+    """Lazy exports: `otel_llm.server.engine.config` (and the CLI) must not import torch."""
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'server.engine' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"server.engine.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module 'otel_llm.server.engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"otel_llm.server.engine.{_EXPORTS[name]}"), name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from server.model.specs import BUILTIN_MODELS
+from otel_llm.server.model.specs import BUILTIN_MODELS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -14,7 +14,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 class EngineConfig:
     """How to build an `LLMEngine`. Bad values raise ValueError naming the field and value.
 
-    model: a `server.model.load_model` spec: "dummy", "null" (no forward pass: a fixed token
+    model: a `otel_llm.server.model.load_model` spec: "dummy", "null" (no forward pass: a fixed token
         cycle, to measure everything else), "smollm2", or an existing path (a HF directory).
     dtype: "auto" (bfloat16 on CUDA, float32 on CPU), or a dtype name.
     device: "auto" (CUDA when available), "cpu", "cuda", "cuda:N".

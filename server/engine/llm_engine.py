@@ -45,7 +45,7 @@ class LLMEngine:
         device = _resolve_device(config.device)
         dtype_name = _resolve_dtype(config.dtype, device)
         if loaded_model is None:
-            from server.model import load_model
+            from otel_llm.server.model import load_model
 
             # the loaders know float32 and bfloat16; float16 is cast from float32 on the way to the device
             loaded_model = load_model(config.model, "float32" if dtype_name == "float16" else dtype_name)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from server.model import LlamaConfig
+from otel_llm.server.model import LlamaConfig
 
 
 @dataclass(frozen=True)

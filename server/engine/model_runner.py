@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from server.model import LlamaConfig
+from otel_llm.server.model import LlamaConfig
 
 from .model import ForwardBatch, LlamaModel
 from .sampling import Sampler, SamplingParams

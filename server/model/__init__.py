@@ -18,7 +18,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """Lazy exports: `server.model.specs` (and the CLI) must not import torch."""
+    """Lazy exports: `otel_llm.server.model.specs` (and the CLI) must not import torch."""
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'server.model' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"server.model.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module 'otel_llm.server.model' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"otel_llm.server.model.{_EXPORTS[name]}"), name)

@@ -9,8 +9,8 @@ import torch
 from tokenizers import AddedToken, Tokenizer as BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
-from server.model.config import LlamaConfig, cast_weights, expected_weight_names
-from server.model.tokenizer import Tokenizer
+from otel_llm.server.model.config import LlamaConfig, cast_weights, expected_weight_names
+from otel_llm.server.model.tokenizer import Tokenizer
 
 SEED = 1234
 NUM_BYTES = 256

@@ -10,8 +10,8 @@ from gguf.quants import dequantize
 from tokenizers import AddedToken, Tokenizer as BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
-from server.model.config import LlamaConfig, cast_weights, expected_weight_names
-from server.model.tokenizer import Tokenizer
+from otel_llm.server.model.config import LlamaConfig, cast_weights, expected_weight_names
+from otel_llm.server.model.tokenizer import Tokenizer
 
 _CONTROL_TOKEN_TYPE = 3
 _LAYER_NAMES = {

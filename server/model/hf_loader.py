@@ -8,8 +8,8 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer as BackendTokenizer
 
-from server.model.config import LlamaConfig, cast_weights, expected_weight_names
-from server.model.tokenizer import Tokenizer
+from otel_llm.server.model.config import LlamaConfig, cast_weights, expected_weight_names
+from otel_llm.server.model.tokenizer import Tokenizer
 
 _ARCHITECTURES = ("LlamaForCausalLM",)
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from server.model.config import LlamaConfig, resolve_dtype
-from server.model.specs import BUILTIN_MODELS, DUMMY, NULL, SMOLLM2  # noqa: F401 (re-exported)
-from server.model.tokenizer import Tokenizer
+from otel_llm.server.model.config import LlamaConfig, resolve_dtype
+from otel_llm.server.model.specs import BUILTIN_MODELS, DUMMY, NULL, SMOLLM2  # noqa: F401 (re-exported)
+from otel_llm.server.model.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,16 +41,16 @@ def load_model(spec: str, dtype: str = "float32") -> LoadedModel:
     torch_dtype = resolve_dtype(dtype)
     name, path = _locate(spec)
     if path is None:
-        from server.model import dummy
+        from otel_llm.server.model import dummy
 
         config = dummy.dummy_config(torch_dtype)
         weights = None if name == NULL else dummy.dummy_weights(config)
         return LoadedModel(name, config, weights, dummy.dummy_tokenizer())
     if path.is_dir():
-        from server.model.hf_loader import load_hf_dir
+        from otel_llm.server.model.hf_loader import load_hf_dir
 
         return LoadedModel(name, *load_hf_dir(path, torch_dtype))
-    from server.model.gguf_loader import load_gguf
+    from otel_llm.server.model.gguf_loader import load_gguf
 
     return LoadedModel(name, *load_gguf(path, torch_dtype))
 
@@ -65,14 +65,14 @@ def load_tokenizer(spec: str) -> Tokenizer:
     """
     _, path = _locate(spec)
     if path is None:
-        from server.model.dummy import dummy_tokenizer
+        from otel_llm.server.model.dummy import dummy_tokenizer
 
         return dummy_tokenizer()
     if path.is_dir():
-        from server.model.hf_loader import load_hf_tokenizer
+        from otel_llm.server.model.hf_loader import load_hf_tokenizer
 
         return load_hf_tokenizer(path)
-    from server.model.gguf_loader import load_gguf_tokenizer
+    from otel_llm.server.model.gguf_loader import load_gguf_tokenizer
 
     return load_gguf_tokenizer(path)
 
@@ -83,7 +83,7 @@ def _locate(spec: str) -> tuple[str, Path | None]:
     if spec in (DUMMY, NULL):
         return spec, None
     if spec == SMOLLM2:
-        from server.model.smollm2_gguf import ensure_smollm2_gguf
+        from otel_llm.server.model.smollm2_gguf import ensure_smollm2_gguf
 
         return SMOLLM2, ensure_smollm2_gguf()
     path = Path(spec).expanduser()

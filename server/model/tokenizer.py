@@ -8,7 +8,7 @@ import jinja2.ext
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from server.model.incremental_decoder import IncrementalDecoder
+from otel_llm.server.model.incremental_decoder import IncrementalDecoder
 
 
 def _raise_exception(message: str) -> None:

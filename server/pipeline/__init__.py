@@ -8,10 +8,10 @@ what crosses to them as bytes), `pipeline_serving` (a request through both stage
 `pipeline_app` (what `create_app(pipeline=...)` adds).
 """
 
-from server.pipeline.espeak_synth import EspeakSynth
-from server.pipeline.pcm_stream import PcmStream
-from server.pipeline.synth import Synth, make_synth
-from server.pipeline.synth_config import SynthConfig
-from server.pipeline.tone_synth import ToneSynth
+from otel_llm.server.pipeline.espeak_synth import EspeakSynth
+from otel_llm.server.pipeline.pcm_stream import PcmStream
+from otel_llm.server.pipeline.synth import Synth, make_synth
+from otel_llm.server.pipeline.synth_config import SynthConfig
+from otel_llm.server.pipeline.tone_synth import ToneSynth
 
 __all__ = ["EspeakSynth", "PcmStream", "Synth", "SynthConfig", "ToneSynth", "make_synth"]

@@ -4,7 +4,7 @@ As OpenAI sends them (the openai client parses them into `ChoiceDeltaAudio` and
 `ChatCompletionAudio`): with audio output the response text is the audio's `transcript`, not
 `content`. A stream carries, per choice, audio deltas (the first with the audio `id`, each with
 base64 PCM `data` and/or `transcript` text), then one update holding only `expires_at`, then
-the usual chunk with `finish_reason`. Like `server.protocol`'s builders these return JSON-ready
+the usual chunk with `finish_reason`. Like `otel_llm.server.protocol`'s builders these return JSON-ready
 dicts and cost about a dict literal (plus base64) per chunk.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from server import protocol
+from otel_llm.server import protocol
 
 AUDIO_TTL_S = 3600  # `expires_at` = created + this; nothing is kept server-side for multi-turn use
 

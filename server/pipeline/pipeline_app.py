@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from otel_llm.pipeline import PipelineConfig, PipelineTelemetry
 from otel_llm.pipeline_log import PipelineStatLogger
-from server.pipeline.pipeline_config import PipelineServerConfig
-from server.pipeline.pipeline_serving import PipelineServing
-from server.pipeline.talker import Talker
-from server.pipeline.talker_session import STAGE_THINKER, THINKER_REPLICA
+from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
+from otel_llm.server.pipeline.pipeline_serving import PipelineServing
+from otel_llm.server.pipeline.talker import Talker
+from otel_llm.server.pipeline.talker_session import STAGE_THINKER, THINKER_REPLICA
 
 STAGE_REPLICA = (STAGE_THINKER, THINKER_REPLICA)  # `TelemetryConfig.stage_replica` of the stage-0 engine
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otel_llm.pipeline_families import PREFIXES
-from server.pipeline.synth import make_synth
-from server.pipeline.synth_config import BACKENDS, SynthConfig
+from otel_llm.server.pipeline.synth import make_synth
+from otel_llm.server.pipeline.synth_config import BACKENDS, SynthConfig
 
 MAX_TALKER_REPLICAS = 64  # threads in the API process; more would only contend for the GIL
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from server.pipeline.espeak_synth import EspeakSynth
-from server.pipeline.pcm_stream import PcmStream
-from server.pipeline.synth_config import SynthConfig
-from server.pipeline.tone_synth import ToneSynth
+from otel_llm.server.pipeline.espeak_synth import EspeakSynth
+from otel_llm.server.pipeline.pcm_stream import PcmStream
+from otel_llm.server.pipeline.synth_config import SynthConfig
+from otel_llm.server.pipeline.tone_synth import ToneSynth
 
 
 class Synth(Protocol):

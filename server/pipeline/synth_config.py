@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.protocol import AUDIO_VOICES, PCM16_SAMPLE_RATE_HZ
+from otel_llm.server.audio_spec import AUDIO_VOICES, PCM16_SAMPLE_RATE_HZ
 
 BACKENDS = ("tone", "espeak")
 

@@ -21,10 +21,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from server.pipeline.pcm_stream import PcmStream
-from server.pipeline.synth import Synth, make_synth
-from server.pipeline.synth_config import SynthConfig
-from server.pipeline.talker_messages import CANCEL, SpeechChunk, TextDelta
+from otel_llm.server.pipeline.pcm_stream import PcmStream
+from otel_llm.server.pipeline.synth import Synth, make_synth
+from otel_llm.server.pipeline.synth_config import SynthConfig
+from otel_llm.server.pipeline.talker_messages import CANCEL, SpeechChunk, TextDelta
 
 logger = logging.getLogger(__name__)
 

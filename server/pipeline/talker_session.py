@@ -18,8 +18,8 @@ import asyncio
 import time
 from array import array
 
-from server.pipeline.talker import Talker
-from server.pipeline.talker_messages import FINAL, SpeechChunk, TextDelta
+from otel_llm.server.pipeline.talker import Talker
+from otel_llm.server.pipeline.talker_messages import FINAL, SpeechChunk, TextDelta
 
 STAGE_THINKER, STAGE_TALKER = "0", "1"
 THINKER_REPLICA = "0"

@@ -2,8 +2,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from collector.memory_sink import MemorySink
-from collector.otlp_receiver import OtlpReceiver
+from tests.harness.memory_sink import MemorySink
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from tests.harness.fixtures import prometheus_server  # noqa: F401  (fixture)
 
 

@@ -6,16 +6,16 @@ import sys
 import pytest
 import yaml
 
-from collector.app import CollectorConfig
-from collector.cli import config_from_args
-from collector.otelcol_config import otelcol_config
-from collector.tail_sampler import TailSamplingConfig
+from otel_llm.collector.service import CollectorConfig
+from otel_llm.collector.cli import config_from_args
+from otel_llm.collector.otelcol.config import otelcol_config
+from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
 from otel_llm.profiles import PROFILE_NAMES
-from server.cli import build_parser
+from otel_llm.cli import build_parser
 
 
 def collector_cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server", "collector", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "otel_llm", "collector", *argv], capture_output=True, text=True,
                           timeout=60)
 
 

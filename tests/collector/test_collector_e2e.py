@@ -15,8 +15,8 @@ from opentelemetry.sdk.metrics import (
 from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from collector.app import Collector, CollectorConfig
-from collector.metric_store import StoreConfig
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
 from otel_llm.profiles import PROFILE_NAMES
 from tests.collector.otlp_builders import counter, request, samples
 from tests.collector.test_metric_store import serve_some

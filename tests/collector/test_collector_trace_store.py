@@ -10,8 +10,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from collector.app import Collector, CollectorConfig
-from collector.trace_store import TraceStoreConfig
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.collector.tracestore.store import TraceStoreConfig
 from tests.server.api.api_server_harness import ServerProcess, wait_until
 
 

@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from collector.jaeger_api import JaegerQueryApi
-from collector.timeline import load, rows_from_traces
-from collector.trace_store import TraceStore, TraceStoreConfig
+from otel_llm.collector.extension.jaeger_query import JaegerQueryApi
+from otel_llm.collector.timeline.rows import load, rows_from_traces
+from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
 from tests.collector.test_trace_store import T0_NS, add, kvs, llm_spans, request, sid, tid
 
 ENVELOPE = ["data", "total", "limit", "offset", "errors"]

@@ -9,9 +9,9 @@ import yaml
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from collector.metric_routes import collector_profile
-from collector.otelcol_config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
-from collector.tail_sampler import TailSampler, TailSamplingConfig
+from otel_llm.collector.processor.metric_routes import collector_profile
+from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
+from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
 from otel_llm.exposition import series_groups
 from otel_llm.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from collector.memory_sink import MemorySink
-from collector.otlp_receiver import OtlpReceiver, OtlpReceiverConfig, ReceiverStats, Signal
+from tests.harness.memory_sink import MemorySink
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig, ReceiverStats, Signal
 
 RESOURCE = Resource.create({"service.name": "otel-llm-test"})
 TRACE_ID = "5b8efff798038103d269b633813fc60c"

@@ -17,15 +17,15 @@ from typing import Any
 import cramjam
 import pytest
 
-from collector.app import Collector, CollectorConfig
-from collector.exporter_queue import (
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.collector.exporter.queue import (
     ExporterQueue,
     PermanentError,
     QueueConfig,
     RetryableError,
     RetryConfig,
 )
-from collector.prw_proto import (
+from otel_llm.collector.exporter.remote_write.proto import (
     STALE_NAN,
     Exemplar,
     Label,
@@ -37,7 +37,7 @@ from collector.prw_proto import (
     decode_write_request,
     encode_write_request,
 )
-from collector.remote_write_exporter import RemoteWriteConfig, RemoteWriteExporter
+from otel_llm.collector.exporter.remote_write.exporter import RemoteWriteConfig, RemoteWriteExporter
 from otel_llm.redaction import redact_url
 from tests.harness import free_port
 from tests.harness.scripted_http import ScriptedReceiver
@@ -211,7 +211,7 @@ def test_400_is_permanent_and_its_body_logged(receiver_factory, exporter_factory
 
 
 def test_connection_refused_is_retried_until_max_elapsed(exporter_factory, caplog) -> None:
-    caplog.set_level(logging.DEBUG, logger="collector.exporter_queue")
+    caplog.set_level(logging.DEBUG, logger="otel_llm.collector.exporter.queue")
     retry = RetryConfig(initial_interval_s=0.01, max_interval_s=0.02, max_elapsed_time_s=0.2)
     exporter = exporter_factory(f"http://127.0.0.1:{free_port()}/api/v1/write", retry=retry)
     started = time.monotonic()
@@ -265,7 +265,7 @@ def test_export_never_raises(receiver_factory, exporter_factory) -> None:
 
 
 def test_queue_offer_never_blocks_and_logs_drops_once(caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="collector.exporter_queue")
+    caplog.set_level(logging.WARNING, logger="otel_llm.collector.exporter.queue")
     release = threading.Event()
     queue: ExporterQueue[int] = ExporterQueue("test/0", lambda item: release.wait(5), QueueConfig(queue_size=3))
     queue.start()
@@ -407,9 +407,9 @@ def test_real_prometheus_receives_counter_histogram_exemplar_and_staleness(prome
 
 
 def test_public_surface() -> None:
-    import collector.exporter_queue as queue_module
-    import collector.prw_proto as proto_module
-    import collector.remote_write_exporter as exporter_module
+    import otel_llm.collector.exporter.queue as queue_module
+    import otel_llm.collector.exporter.remote_write.proto as proto_module
+    import otel_llm.collector.exporter.remote_write.exporter as exporter_module
 
     assert sorted(exporter_module.__all__) == ["RemoteWriteConfig", "RemoteWriteExporter"]
     assert sorted(queue_module.__all__) == [
@@ -422,7 +422,7 @@ def test_public_surface() -> None:
 
 
 def test_credentials_in_the_url_are_basic_auth_and_never_logged(receiver_factory, exporter_factory, caplog) -> None:
-    caplog.set_level(logging.DEBUG, logger="collector.exporter_queue")
+    caplog.set_level(logging.DEBUG, logger="otel_llm.collector.exporter.queue")
     rx = receiver_factory([(503, {}, b"busy")])
     url = rx.url.replace("http://", "http://tenant:s3cret%21@") + "?api_key=k3y"
     exporter = exporter_factory(url)

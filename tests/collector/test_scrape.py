@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector import exposition
-from collector.app import Collector, CollectorConfig
-from collector.cli import config_from_args
-from collector.metric_store import MetricStore, StoreConfig
-from collector.scrape_convert import Converter, ScrapeError
-from collector.scrape_receiver import Scraper, ScrapeTarget, fetch, load_scrape_config, parse_target
-from server.cli import build_parser
+from otel_llm.collector.exporter.prometheus import exposition
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.collector.cli import config_from_args
+from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
+from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
+from otel_llm.collector.receiver.scrape import Scraper, ScrapeTarget, fetch, load_scrape_config, parse_target
+from otel_llm.cli import build_parser
 from tests.harness.ports import free_port
 
 DATA = Path(__file__).parent / "data"
@@ -294,7 +294,7 @@ def test_flags_and_the_config_file(tmp_path):
 
 
 def test_the_cli_says_what_is_wrong_and_exits_2(capsys):
-    from collector.cli import run
+    from otel_llm.collector.cli import run
     args = build_parser().parse_args(["collector", "--scrape-target", "ftp://x/metrics"])
     assert run(args) == 2
     assert "--scrape-target 'ftp://x/metrics'" in capsys.readouterr().err

@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status as SdkStatus, StatusCode
 
-from collector.app import Collector, CollectorConfig
-from collector.memory_sink import MemorySink
-from collector.otlp_codec import PayloadError
-from collector.otlp_receiver import OtlpReceiver
-from collector.tail_sampler import TailSamplingConfig
-from collector.trace_pipeline import TracePipeline
+from otel_llm.collector.service import Collector, CollectorConfig
+from tests.harness.memory_sink import MemorySink
+from otel_llm.collector.pdata.otlp_codec import PayloadError
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+from otel_llm.collector.trace_pipeline import TracePipeline
 from tests.collector.otlp_builders import samples
 from tests.server.api.api_server_harness import wait_until
 

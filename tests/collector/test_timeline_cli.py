@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
-from collector.app import Collector, CollectorConfig
-from collector.jaeger_api import trace_json
-from collector.phase_spans import PhaseSpans
-from collector.timeline_plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
-from collector.trace_store import TraceStore, TraceStoreConfig
-from server.cli import main
-from server.engine_process import engine_pids
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.collector.extension.jaeger_query import trace_json
+from otel_llm.collector.processor.phase_spans import PhaseSpans
+from otel_llm.collector.timeline.plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
+from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
+from otel_llm.cli import main
+from otel_llm.server.engine_process import engine_pids
 from tests.collector.test_phase_spans import vllm_request, vllm_spans
 from tests.server.api.api_server_harness import REPO, ServerProcess, sample, wait_until
 
@@ -37,7 +37,7 @@ PHASES = ("queue", "prefill", "decode")
 
 
 def timeline(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server", "timeline", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "otel_llm", "timeline", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -201,7 +201,7 @@ def otlp_json(request) -> dict:
 
 @pytest.mark.parametrize("layout", ["lines", "document"])
 def test_vllm_spans_from_an_otlp_json_file_get_the_derived_phases(tmp_path, layout, capsys, monkeypatch):
-    monkeypatch.setattr("collector.timeline_cli._PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr("otel_llm.collector.timeline.cli._PROGRESS_EVERY_S", 0.0)
     spans = vllm_spans()
     requests = [vllm_request(spans[:1]), vllm_request(spans[1:])]
     path = tmp_path / "spans.json"

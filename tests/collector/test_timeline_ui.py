@@ -25,9 +25,9 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from collector.app import Collector, CollectorConfig
-from collector.trace_query import TraceQuery
-from collector.trace_store import TraceStore, TraceStoreConfig
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.collector.tracestore.query import TraceQuery
+from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
 from tests.server.api.api_server_harness import ServerProcess, wait_until
 
 CHROMIUM = shutil.which("chromium")
@@ -38,7 +38,7 @@ CHATS, ABORTS = 10, 3
 
 
 class Request(NamedTuple):
-    """A request span as the store has it, read without `collector.timeline`."""
+    """A request span as the store has it, read without `otel_llm.collector.timeline.rows`."""
     trace_id: str
     span_id: str
     start_ns: int

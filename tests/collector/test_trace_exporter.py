@@ -14,11 +14,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 )
 
-from collector.exporter_queue import QueueConfig, RetryConfig
-from collector.memory_sink import MemorySink
-from collector.otlp_grpc_receiver import OtlpGrpcReceiver
-from collector.otlp_receiver import OtlpReceiver
-from collector.otlp_exporter import OtlpExporter, OtlpExporterConfig
+from otel_llm.collector.exporter.queue import QueueConfig, RetryConfig
+from tests.harness.memory_sink import MemorySink
+from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from otel_llm.collector.exporter.otlp import OtlpExporter, OtlpExporterConfig
 from tests.harness.scripted_http import ScriptedReceiver
 
 FAST_RETRY = RetryConfig(initial_interval_s=0.01, max_interval_s=0.05, max_elapsed_time_s=3.0)

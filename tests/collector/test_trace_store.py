@@ -10,8 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from collector.trace_query import TraceQuery
-from collector.trace_store import TraceStore, TraceStoreConfig
+from otel_llm.collector.tracestore.query import TraceQuery
+from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
 
 SERVER, INTERNAL = trace_pb2.Span.SPAN_KIND_SERVER, trace_pb2.Span.SPAN_KIND_INTERNAL
 ERROR = trace_pb2.Status.STATUS_CODE_ERROR

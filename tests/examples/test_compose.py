@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collector.otelcol_config import target_name
+from otel_llm.collector.otelcol.config import target_name
 from otel_llm.instruments import Kind, instrument_table
 from otel_llm.profiles import get_profile
 
@@ -52,7 +52,7 @@ def test_compose_parses_and_every_mounted_file_exists():
 
 def test_committed_collector_config_is_the_generated_one():
     committed = (COMPOSE / "otelcol-config.yaml").read_text()
-    printed = subprocess.run([sys.executable, "-m", "server", "collector", *COMPOSE_CONFIG_ARGS], check=True,
+    printed = subprocess.run([sys.executable, "-m", "otel_llm", "collector", *COMPOSE_CONFIG_ARGS], check=True,
                              capture_output=True, text=True, timeout=60).stdout
     assert committed == printed, \
         "examples/compose/otelcol-config.yaml is stale: regenerate it as examples/compose/README.md says"

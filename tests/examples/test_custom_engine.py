@@ -5,9 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from collector.app import Collector, CollectorConfig
-from collector.memory_sink import MemorySink
-from collector.otlp_receiver import OtlpReceiver
+from otel_llm.collector.service import Collector, CollectorConfig
+from tests.harness.memory_sink import MemorySink
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from tests.collector.otlp_builders import samples
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_engine.py"

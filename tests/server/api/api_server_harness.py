@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from server.demo import scrape
+from otel_llm.server.demo import scrape
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -29,7 +29,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m server serve --model dummy ...` (or another `command`: `serve-pipeline`); stopped with
+    """`python -m otel_llm serve --model dummy ...` (or another `command`: `serve-pipeline`); stopped with
     SIGINT (graceful)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "serve"):
@@ -42,7 +42,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 120.0) -> ServerProcess:
-        self.proc = subprocess.Popen([sys.executable, "-m", "server", self.command, *self.args], cwd=REPO, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "otel_llm", self.command, *self.args], cwd=REPO, env=self.env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

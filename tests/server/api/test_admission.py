@@ -22,11 +22,11 @@ import pytest
 from api_server_harness import REPO, ServerProcess, sample, wait_until
 
 from otel_llm import FinishReason
-from server import ipc
-from server.api.admission import BACKLOG_FULL, QUEUE_FULL
-from server.config import ServerConfig
-from server.engine_client import EngineClient
-from server.engine_process import engine_pids
+from otel_llm.server import ipc
+from otel_llm.server.api.admission import BACKLOG_FULL, QUEUE_FULL
+from otel_llm.server.config import ServerConfig
+from otel_llm.server.engine_client import EngineClient
+from otel_llm.server.engine_process import engine_pids
 
 KINDS = ("completion", "completion_stream", "chat", "chat_stream")
 TEN_TOKENS = list(range(5, 15))  # a completions prompt of exactly 10 tokens
@@ -159,7 +159,7 @@ def test_max_num_queued_tokens_counts_prompts_until_their_first_token():
     (["--admission-status", "500"], "--admission-status: invalid choice: 500"),
 ])
 def test_bad_limits_stop_the_server_at_start_up_naming_the_flag(args, named):
-    r = subprocess.run([sys.executable, "-m", "server", "serve", *args], cwd=REPO, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "otel_llm", "serve", *args], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2, r.stderr
     assert named in r.stderr

@@ -8,13 +8,14 @@ import sys
 import pytest
 from api_server_harness import REPO
 
-from server.cli import build_parser, config_from_args
-from server.config import ServerConfig
-from server.engine import EngineConfig
+from otel_llm.cli import build_parser
+from otel_llm.server.cli import config_from_args
+from otel_llm.server.config import ServerConfig
+from otel_llm.server.engine import EngineConfig
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server", "serve", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "otel_llm", "serve", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -95,7 +96,7 @@ def test_server_config_is_frozen_and_validated(tmp_path):
 
 
 def test_python_dash_m_server_help():
-    r = subprocess.run([sys.executable, "-m", "server", "--help"], cwd=REPO, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "otel_llm", "--help"], cwd=REPO, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "serve" in r.stdout and "demo" in r.stdout
 

@@ -6,7 +6,7 @@ import openai
 import pytest
 from api_server_harness import ServerProcess, sample, wait_until
 
-from server.engine_process import engine_pids
+from otel_llm.server.engine_process import engine_pids
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from otel_llm import FinishReason
-from server import ipc
+from otel_llm.server import ipc
 
 
 def test_add_round_trip():

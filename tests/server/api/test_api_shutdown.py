@@ -14,7 +14,7 @@ import httpx
 import pytest
 from api_server_harness import ServerProcess, wait_until
 
-from server.engine_process import engine_pids
+from otel_llm.server.engine_process import engine_pids
 
 pytestmark = pytest.mark.slow
 

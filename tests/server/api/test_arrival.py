@@ -10,7 +10,7 @@ import httpx
 import pytest
 import uvicorn
 
-from server.api.arrival import ArrivalStamp, _kernel_arrival_ns, stamping_protocol
+from otel_llm.server.api.arrival import ArrivalStamp, _kernel_arrival_ns, stamping_protocol
 
 BLOCK_S = 0.15
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from server import protocol
-from server.protocol import AudioOutput, ChatCompletionRequest, InvalidField
+from otel_llm.server import protocol
+from otel_llm.server.protocol import AudioOutput, ChatCompletionRequest, InvalidField
 
 MSG = [{"role": "user", "content": "hi"}]
 AUDIO = {"voice": "alloy", "format": "pcm16"}

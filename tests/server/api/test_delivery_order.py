@@ -10,9 +10,9 @@ import multiprocessing as mp
 import time
 from array import array
 
-from server import ipc
-from server.config import ServerConfig
-from server.engine_client import EngineClient, EngineDead
+from otel_llm.server import ipc
+from otel_llm.server.config import ServerConfig
+from otel_llm.server.engine_client import EngineClient, EngineDead
 
 
 class _OrderLog:

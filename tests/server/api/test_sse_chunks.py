@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from server import ipc
-from server.api.serving import OpenAIServing, _Prepared
+from otel_llm.server import ipc
+from otel_llm.server.api.serving import OpenAIServing, _Prepared
 
 
 def out(text, tokens=1, finished=False):

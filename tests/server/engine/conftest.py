@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.engine import EngineConfig, LLMEngine
-from server.model import load_model
+from otel_llm.server.engine import EngineConfig, LLMEngine
+from otel_llm.server.model import load_model
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from server.engine.block_manager import BlockManager
-from server.engine.sequence import Sequence
+from otel_llm.server.engine.block_manager import BlockManager
+from otel_llm.server.engine.sequence import Sequence
 
 BS = 4
 

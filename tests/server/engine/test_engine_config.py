@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import server.engine
-from server.engine import EngineConfig, LLMEngine
-from server.engine.llm_engine import _resolve_dtype
+import otel_llm.server.engine
+from otel_llm.server.engine import EngineConfig, LLMEngine
+from otel_llm.server.engine.llm_engine import _resolve_dtype
 
 
 @pytest.mark.parametrize("field, value", [
@@ -43,4 +43,4 @@ def test_auto_dtype_is_float32_on_cpu_and_bfloat16_on_cuda():
 
 
 def test_public_surface():
-    assert sorted(server.engine.__all__) == ["EngineConfig", "LLMEngine", "RequestOutput", "SamplingParams", "StepOutput"]
+    assert sorted(otel_llm.server.engine.__all__) == ["EngineConfig", "LLMEngine", "RequestOutput", "SamplingParams", "StepOutput"]

@@ -6,7 +6,7 @@ from collections import Counter
 
 from engine_helpers import run_to_completion
 from otel_llm.step import EventKind, FinishReason, StepRecord
-from server.engine import SamplingParams
+from otel_llm.server.engine import SamplingParams
 
 
 def test_step_records_account_exactly(dummy, make_engine):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from server.engine import EngineConfig, LLMEngine, SamplingParams
+from otel_llm.server.engine import EngineConfig, LLMEngine, SamplingParams
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from engine_helpers import reference_greedy, run_to_completion
 from otel_llm.step import FinishReason
-from server.engine import SamplingParams
+from otel_llm.server.engine import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 

@@ -9,9 +9,9 @@ import pytest
 
 from engine_helpers import run_to_completion
 from otel_llm.step import FinishReason, StepRecord
-from server.engine import SamplingParams
-from server.engine.null_runner import CYCLE, NullRunner
-from server.model import load_model
+from otel_llm.server.engine import SamplingParams
+from otel_llm.server.engine.null_runner import CYCLE, NullRunner
+from otel_llm.server.model import load_model
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from engine_helpers import reference_logits
-from server.engine.block_manager import BlockManager
-from server.engine.model_runner import ModelRunner
-from server.engine.sequence import Sequence
-from server.model import LlamaConfig
+from otel_llm.server.engine.block_manager import BlockManager
+from otel_llm.server.engine.model_runner import ModelRunner
+from otel_llm.server.engine.sequence import Sequence
+from otel_llm.server.model import LlamaConfig
 
 BLOCK_SIZE = 4
 

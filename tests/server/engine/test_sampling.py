@@ -9,8 +9,8 @@ import torch
 
 from engine_helpers import reference_greedy, run_to_completion
 from otel_llm.step import FinishReason
-from server.engine import SamplingParams
-from server.engine.sampling import Sampler
+from otel_llm.server.engine import SamplingParams
+from otel_llm.server.engine.sampling import Sampler
 
 
 def _sampler():

@@ -6,10 +6,10 @@ import dataclasses
 
 from engine_helpers import reference_greedy, run_to_completion
 from otel_llm.step import EventKind, FinishReason, StepRecord
-from server.engine import SamplingParams
-from server.engine.block_manager import BlockManager
-from server.engine.request import Request
-from server.engine.scheduler import Scheduler
+from otel_llm.server.engine import SamplingParams
+from otel_llm.server.engine.block_manager import BlockManager
+from otel_llm.server.engine.request import Request
+from otel_llm.server.engine.scheduler import Scheduler
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
 

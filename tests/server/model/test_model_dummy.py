@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from server.model import load_model
-from server.model.config import expected_weight_names
+from otel_llm.server.model import load_model
+from otel_llm.server.model.config import expected_weight_names
 
 from .reference_forward import forward, greedy
 

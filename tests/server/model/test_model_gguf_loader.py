@@ -4,9 +4,9 @@ import pytest
 import torch
 from gguf import GGUFWriter
 
-from server.model import load_model
-from server.model.dummy import CHAT_TEMPLATE, SPECIAL_TOKENS
-from server.model.gguf_loader import load_gguf
+from otel_llm.server.model import load_model
+from otel_llm.server.model.dummy import CHAT_TEMPLATE, SPECIAL_TOKENS
+from otel_llm.server.model.gguf_loader import load_gguf
 
 from .reference_forward import forward
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from server.model import load_model
-from server.model.config import expected_weight_names
-from server.model.dummy import CHAT_TEMPLATE, dummy_tokenizer
+from otel_llm.server.model import load_model
+from otel_llm.server.model.config import expected_weight_names
+from otel_llm.server.model.dummy import CHAT_TEMPLATE, dummy_tokenizer
 
 from .reference_forward import forward
 

@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-import server.model
-from server.model import LlamaConfig, LoadedModel, load_model
-from server.model.config import resolve_dtype
+import otel_llm.server.model
+from otel_llm.server.model import LlamaConfig, LoadedModel, load_model
+from otel_llm.server.model.config import resolve_dtype
 
 
 def test_public_surface_is_pinned():
-    assert sorted(server.model.__all__) == [
+    assert sorted(otel_llm.server.model.__all__) == [
         "IncrementalDecoder",
         "LlamaConfig",
         "LoadedModel",

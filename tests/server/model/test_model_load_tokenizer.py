@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from server.model import dummy, gguf_loader, hf_loader, load_model, load_tokenizer
+from otel_llm.server.model import dummy, gguf_loader, hf_loader, load_model, load_tokenizer
 
 from .test_model_gguf_loader import _write_gguf
 from .test_model_hf_dir import _hf_config, _random_weights, _write_dir

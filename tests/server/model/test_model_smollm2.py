@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from server.model import load_model, load_tokenizer
+from otel_llm.server.model import load_model, load_tokenizer
 
 from .reference_forward import forward, greedy
 

@@ -4,8 +4,8 @@ import zipfile
 
 import pytest
 
-from server.model import smollm2_gguf
-from server.model.smollm2_gguf import FILENAME, MEMBER, ensure_smollm2_gguf
+from otel_llm.server.model import smollm2_gguf
+from otel_llm.server.model.smollm2_gguf import FILENAME, MEMBER, ensure_smollm2_gguf
 
 PAYLOAD = b"GGUF fake payload"
 

@@ -4,8 +4,8 @@ import random
 import pytest
 import tokenizers
 
-from server.model import IncrementalDecoder, Tokenizer
-from server.model.dummy import IM_END_ID, IM_START_ID, dummy_tokenizer
+from otel_llm.server.model import IncrementalDecoder, Tokenizer
+from otel_llm.server.model.dummy import IM_END_ID, IM_START_ID, dummy_tokenizer
 
 TEXTS = ["hello world", "héllo wörld", "日本語のテキスト", "emoji 😀👍🏽 mix", "tabs\tand\nnewlines", ""]
 

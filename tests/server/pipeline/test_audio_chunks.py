@@ -6,9 +6,9 @@ import base64
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from server import protocol
-from server.pipeline import SynthConfig, ToneSynth
-from server.pipeline import audio_chunks as ac
+from otel_llm.server import protocol
+from otel_llm.server.pipeline import SynthConfig, ToneSynth
+from otel_llm.server.pipeline import audio_chunks as ac
 
 CREATED = 1_700_000_000
 

@@ -9,8 +9,8 @@ import wave
 import numpy as np
 import pytest
 
-from server.pipeline import EspeakSynth, SynthConfig, make_synth
-from server.pipeline.espeak_synth import wav_to_pcm16
+from otel_llm.server.pipeline import EspeakSynth, SynthConfig, make_synth
+from otel_llm.server.pipeline.espeak_synth import wav_to_pcm16
 
 ESPEAK = shutil.which("espeak-ng")
 

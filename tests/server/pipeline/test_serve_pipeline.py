@@ -14,9 +14,10 @@ import httpx
 import openai
 import pytest
 
-from server.cli import build_parser, config_from_args, pipeline_config_from_args
-from server.pipeline.pipeline_config import PipelineServerConfig
-from server.pipeline.talker_messages import HEADER_BYTES
+from otel_llm.cli import build_parser
+from otel_llm.server.cli import config_from_args, pipeline_config_from_args
+from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
+from otel_llm.server.pipeline.talker_messages import HEADER_BYTES
 from tests.harness import promtool_check_metrics
 from tests.server.api.api_server_harness import ServerProcess, TraceSink, sample, wait_until
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import server.pipeline
-from server.pipeline import SynthConfig
-from server.protocol import AUDIO_VOICES
+import otel_llm.server.pipeline
+from otel_llm.server.pipeline import SynthConfig
+from otel_llm.server.audio_spec import AUDIO_VOICES
 
 
 def test_defaults_are_openai_pcm16():
@@ -38,4 +38,4 @@ def test_bad_values_raise_naming_them(kwargs, named):
 
 
 def test_public_surface():
-    assert server.pipeline.__all__ == ["EspeakSynth", "PcmStream", "Synth", "SynthConfig", "ToneSynth", "make_synth"]
+    assert otel_llm.server.pipeline.__all__ == ["EspeakSynth", "PcmStream", "Synth", "SynthConfig", "ToneSynth", "make_synth"]

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from otel_llm.pipeline import TransferHop, valid_hop
-from server.pipeline import SynthConfig, make_synth
-from server.pipeline.pipeline_config import PipelineServerConfig
-from server.pipeline.talker import Talker
-from server.pipeline.talker_messages import CANCEL, FINAL, HEADER_BYTES, TextDelta
-from server.pipeline.talker_session import TalkerSession
+from otel_llm.server.pipeline import SynthConfig, make_synth
+from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
+from otel_llm.server.pipeline.talker import Talker
+from otel_llm.server.pipeline.talker_messages import CANCEL, FINAL, HEADER_BYTES, TextDelta
+from otel_llm.server.pipeline.talker_session import TalkerSession
 
 
 def test_text_delta_round_trip():

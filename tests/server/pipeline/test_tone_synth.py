@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from server.pipeline import SynthConfig, ToneSynth, make_synth
+from otel_llm.server.pipeline import SynthConfig, ToneSynth, make_synth
 
 TEXT = "Hello, world! The quick brown fox jumps over 13 lazy dogs. Ünïcödé too."
 

@@ -1,0 +1,66 @@
+"""The Prometheus scrape endpoint: ``GET /metrics`` (text 0.0.4, or OpenMetrics 1.0 when
+the ``Accept`` header asks for it, as Prometheus does, and the endpoint may serve it),
+``GET /`` a pointer to it.
+
+Threads: one accepting thread, one daemon thread per connection; `render` is
+called on those threads and must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+
+from otel_llm.collector.http_endpoint import HttpEndpoint
+from otel_llm.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, negotiate
+
+logger = logging.getLogger(__name__)
+
+
+class ScrapeEndpoint(HttpEndpoint):
+    """Serves ``render(openmetrics: bool) -> bytes`` on ``host:port`` until stopped; `openmetrics`
+    False: text 0.0.4 whatever the client asks (a profile of a text-only server)."""
+
+    def __init__(self, render: Callable[[bool], bytes], host: str = "127.0.0.1", port: int = 0,
+                 openmetrics: bool = True) -> None:
+        self.render = render
+        handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(render), "openmetrics": openmetrics})
+        super().__init__(handler, host, port, "prometheus-scrape")
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/metrics"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "otel-llm-collector"
+    render: Callable[[bool], bytes]
+    openmetrics: bool
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            openmetrics = self.openmetrics and negotiate(self.headers.get("Accept"))
+            try:
+                body = self.render(openmetrics)
+            except Exception:
+                logger.exception("rendering /metrics failed")
+                self._send(500, CONTENT_TYPE_TEXT, b"internal error while rendering metrics\n")
+                return
+            self._send(200, CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT, body)
+        elif path == "/":
+            self._send(200, "text/plain; charset=utf-8", b"otel-llm collector: Prometheus metrics at /metrics\n")
+        else:
+            self._send(404, "text/plain; charset=utf-8", f"unknown path {path!r}; use /metrics\n".encode())
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:
+        logger.debug("%s " + format, self.address_string(), *args)

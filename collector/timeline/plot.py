@@ -1,0 +1,117 @@
+"""The request timeline as a picture (matplotlib's Agg renderer; no pyplot, no global state).
+
+Top: one row per request, first at the top: the request span as a thin line in its finish
+reason's colour with a square at its end, its `queue`, `prefill` and `decode` spans as bars in
+three colours (edged red when the request failed or was aborted), the first token as a black
+tick and each preemption as a red cross. Bottom: how many requests were waiting and running
+(`timeline.load`). Time runs in seconds from the first request's start.
+
+matplotlib is imported when a picture is drawn: `pip install 'otel-llm[timeline]'`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from otel_llm.collector.timeline.rows import PHASES, LoadPoint, TimelineRow
+
+PHASE_COLOURS = {"queue": "#e6a532", "prefill": "#3b6fb6", "decode": "#5aa469"}
+FINISH_COLOURS = {"stop": "#2e7d32", "length": "#757575", "abort": "#ef6c00", "error": "#c62828"}
+OTHER_FINISH_COLOUR = "#8e44ad"  # any other finish reason, or none
+PREEMPTION_COLOUR = "#c62828"
+WIDTH_IN = 14.0
+_ROW_IN, _ROWS_MIN_IN, _ROWS_MAX_IN = 0.22, 3.0, 30.0  # rows' height: per row, within bounds
+_LOAD_IN, _MARGINS_IN = 2.4, 1.8  # the load axes; title, legend and time axis
+_LABELLED_ROWS = 50  # up to this many rows, each is labelled with its span name and trace id
+
+
+def figure_size_in(num_rows: int) -> tuple[float, float]:
+    """(width, height) in inches of the picture of ``num_rows`` rows."""
+    rows_in = min(max(num_rows * _ROW_IN, _ROWS_MIN_IN), _ROWS_MAX_IN)
+    return WIDTH_IN, rows_in + _LOAD_IN + _MARGINS_IN
+
+
+def check_format(path: str | Path) -> None:
+    """Raises ValueError unless matplotlib can write ``path``'s extension; ImportError without matplotlib."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if suffix not in formats:
+        raise ValueError(f"cannot draw {str(path)!r}: use one of the extensions {', '.join(sorted(formats))}")
+
+
+def _finish_colour(finish_reason: str | None) -> str:
+    return FINISH_COLOURS.get(finish_reason or "", OTHER_FINISH_COLOUR)
+
+
+def draw(rows: list[TimelineRow], points: list[LoadPoint], path: str | Path, dpi: int = 100) -> None:
+    """Draws ``rows`` (ordered by start, not empty) and their ``points`` into ``path`` (the format
+    by its extension), figure_size_in(len(rows)) inches at ``dpi``."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    t0_ns = rows[0].start_ns
+    n = len(rows)
+    width_in, height_in = figure_size_in(n)
+    rows_in = height_in - _LOAD_IN - _MARGINS_IN
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi, layout="constrained")
+    ax, load_ax = fig.subplots(2, 1, sharex=True, height_ratios=[rows_in, _LOAD_IN])
+
+    def seconds(t_ns: int) -> float:
+        return (t_ns - t0_ns) / 1e9
+
+    ys = range(n)
+    failed = [r.finish_reason in ("abort", "error") for r in rows]
+    colours = [_finish_colour(r.finish_reason) for r in rows]
+    row_pt = rows_in * 72 / max(n, 1)  # a row's height in points, for marker sizes
+    ax.hlines(ys, [seconds(r.start_ns) for r in rows], [seconds(r.end_ns) for r in rows], colors=colours,
+              linewidth=min(1.5, row_pt / 6))
+    ax.scatter([seconds(r.end_ns) for r in rows], ys, marker="s", c=colours, s=min(36, (row_pt * 0.45) ** 2),
+               zorder=3, linewidths=0)
+    for phase in PHASES:
+        drawn = [(y, getattr(r, phase), bad) for y, r, bad in zip(ys, rows, failed) if getattr(r, phase) is not None]
+        if drawn:
+            ax.barh([y for y, _, _ in drawn], [(b - a) / 1e9 for _, (a, b), _ in drawn],
+                    left=[seconds(a) for _, (a, _), _ in drawn], height=0.7, color=PHASE_COLOURS[phase],
+                    edgecolor=[PREEMPTION_COLOUR if bad else PHASE_COLOURS[phase] for _, _, bad in drawn],
+                    linewidth=min(1.0, row_pt / 10), zorder=2)
+    firsts = [(seconds(r.first_token_ns), y) for y, r in zip(ys, rows) if r.first_token_ns is not None]
+    ax.scatter([x for x, _ in firsts], [y for _, y in firsts], marker="|", color="black",
+               s=min(144, (row_pt * 0.9) ** 2), linewidths=min(1.5, row_pt / 5), zorder=4)
+    preempted = [(seconds(t), y) for y, r in zip(ys, rows) for t in r.preemptions_ns]
+    ax.scatter([x for x, _ in preempted], [y for _, y in preempted], marker="x", color=PREEMPTION_COLOUR,
+               s=min(64, (row_pt * 0.7) ** 2), linewidths=min(1.5, row_pt / 5), zorder=5)
+    ax.set_ylim(n - 0.5, -0.5)
+    if n <= _LABELLED_ROWS:
+        ax.set_yticks(list(ys), [f"{r.name} {r.trace_id[:8]}" for r in rows], fontsize=7)
+    else:
+        ax.set_ylabel("requests, by start")
+    ax.grid(axis="x", alpha=0.3)
+    services = ", ".join(sorted({r.service for r in rows}))
+    start = datetime.fromtimestamp(t0_ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
+    ax.set_title(f"{n} request{'s' * (n != 1)} of {services}, from {start}", fontsize=10)
+
+    xs = [seconds(p.t_ns) for p in points]
+    for field, colour in (("running", PHASE_COLOURS["decode"]), ("waiting", PHASE_COLOURS["queue"])):
+        values = [getattr(p, field) for p in points]
+        load_ax.fill_between(xs, values, step="post", color=colour, alpha=0.35, linewidth=0)
+        load_ax.step(xs, values, where="post", color=colour, linewidth=1.2, label=field)
+    load_ax.set_ylabel("requests")
+    load_ax.set_ylim(bottom=0)
+    load_ax.yaxis.get_major_locator().set_params(integer=True)
+    load_ax.legend(loc="upper right", fontsize=8)
+    load_ax.grid(alpha=0.3)
+    load_ax.set_xlabel(f"seconds since the first request's start ({start})")
+
+    reasons = sorted({r.finish_reason or "none" for r in rows})
+    handles = [Patch(color=PHASE_COLOURS[p], label=p) for p in PHASES]
+    handles += [Line2D([], [], color="black", marker="|", linestyle="", markersize=9, label="first token"),
+                Line2D([], [], color=PREEMPTION_COLOUR, marker="x", linestyle="", label="preempted"),
+                Patch(facecolor="white", edgecolor=PREEMPTION_COLOUR, label="failed / aborted")]
+    handles += [Line2D([], [], color=_finish_colour(None if r == "none" else r), marker="s", label=f"finish: {r}")
+                for r in reasons]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 8), fontsize=8, frameon=False)
+    fig.savefig(path, dpi=dpi)

@@ -1,0 +1,1 @@
+"""The trace store (`--trace-store DIR`): spans in SQLite (`store`), what it answers in and how it matches (`query`), and OTLP/JSON files loaded into one (`otlp_file`)."""
