@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from otel_llm import instruments as I
+from otel_llm.canonical import instruments as I
 
 HISTS = {  # name -> buckets, per finished request (besides TTFT/ITL)
     "e2e": I.VLLM_REQUEST_LATENCY, "queue": I.VLLM_REQUEST_LATENCY, "prefill": I.VLLM_REQUEST_LATENCY,

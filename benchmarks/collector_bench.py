@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from otel_llm.collector.exporter.prometheus.exposition import render  # noqa: E402
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore  # noqa: E402
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig  # noqa: E402
-from otel_llm.bridge import to_metrics_data  # noqa: E402
+from otel_llm.export.metric_producer import to_metrics_data  # noqa: E402
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REASONS = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.ABORT)

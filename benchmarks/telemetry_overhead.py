@@ -39,9 +39,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_llm import FinishReason, RequestInfo, StepRecorder, Telemetry, TelemetryConfig
-from otel_llm.exposition import Renderer
-from otel_llm.otlp_encoding import encode_spans
-from otel_llm.profiles import get_profile
+from otel_llm.export.exposition import Renderer
+from otel_llm.export.span_encoding import encode_spans
+from otel_llm.shim.profiles import get_profile
 
 from _baselines import NaiveOtel, PromClientVllm, prometheus_client_exposition
 
@@ -139,7 +139,7 @@ def otel_llm_staggered_path(concurrency: int, requests: int) -> float:
 
 
 def otlp_encode_us_per_span(spans, reps: int) -> tuple[float, float]:
-    """(otel_llm.otlp_encoding, the SDK's encode_spans + serialise): best of `reps`, us per span."""
+    """(otel_llm.export.span_encoding, the SDK's encode_spans + serialise): best of `reps`, us per span."""
     def best(encode) -> float:
         times = []
         for _ in range(reps):

@@ -131,7 +131,7 @@ def main() -> None:
     from prometheus_client import REGISTRY
     from prometheus_client.exposition import generate_latest
 
-    from otel_llm.vllm_plugin import OtelLLMPrometheusStatLogger, OtelLLMStatLogger
+    from otel_llm.vllm.plugin import OtelLLMPrometheusStatLogger, OtelLLMStatLogger
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
     cfg = vllm_config(args.model_dir)

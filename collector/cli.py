@@ -16,7 +16,7 @@ import sys
 import threading
 
 from otel_llm.cli.arg_types import port, positive_int
-from otel_llm.profiles import PROFILE_NAMES
+from otel_llm.shim.profiles import PROFILE_NAMES
 
 logger = logging.getLogger("otel_llm.collector")
 
@@ -185,9 +185,9 @@ def scrape_targets(args: argparse.Namespace) -> tuple:
 
 
 def config_from_args(args: argparse.Namespace):
-    from otel_llm.collector.service import CollectorConfig
     from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
     from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+    from otel_llm.collector.service import CollectorConfig
     from otel_llm.collector.tracestore.store import TraceStoreConfig
 
     sampling = TailSamplingConfig(

@@ -24,22 +24,22 @@ import threading
 import time
 from dataclasses import dataclass
 
+from otel_llm.collector.exporter.otlp import DISK_QUEUE, OtlpExporter, OtlpExporterConfig
 from otel_llm.collector.exporter.prometheus import exposition
+from otel_llm.collector.exporter.prometheus.endpoint import ScrapeEndpoint
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
-from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
-from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
 from otel_llm.collector.exporter.remote_write.exporter import RemoteWriteConfig, RemoteWriteExporter
 from otel_llm.collector.exporter.remote_write.series import RemoteWriteSeries
+from otel_llm.collector.exporter.trace_store import TraceStoreWriter
 from otel_llm.collector.extension.jaeger_query import JaegerQueryApi
-from otel_llm.collector.exporter.prometheus.endpoint import ScrapeEndpoint
-from otel_llm.collector.receiver.scrape import ScrapeReceiver, ScrapeTarget
 from otel_llm.collector.extension.self_telemetry import SelfTelemetry
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
-from otel_llm.collector.exporter.otlp import DISK_QUEUE, OtlpExporter, OtlpExporterConfig
-from otel_llm.redaction import redact_url
+from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
+from otel_llm.collector.receiver.scrape import ScrapeReceiver, ScrapeTarget
 from otel_llm.collector.trace_pipeline import TracePipeline
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
-from otel_llm.collector.exporter.trace_store import TraceStoreWriter
+from otel_llm.export.redaction import redact_url
 
 logger = logging.getLogger("otel_llm.collector")
 

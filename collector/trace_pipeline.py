@@ -22,15 +22,15 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from otel_llm.canonical.instruments import Kind
+from otel_llm.collector.exporter.otlp import OtlpExporter
 from otel_llm.collector.exporter.prometheus.exposition import SelfFamily
+from otel_llm.collector.exporter.trace_store import TraceStoreWriter
 from otel_llm.collector.pdata.otlp_codec import PayloadError
 from otel_llm.collector.pdata.traces_wire import TracesRequest
 from otel_llm.collector.processor.phase_spans import PhaseSpans
 from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
-from otel_llm.collector.exporter.otlp import OtlpExporter
-from otel_llm.collector.exporter.trace_store import TraceStoreWriter
-from otel_llm.exposition import label_text
-from otel_llm.instruments import Kind
+from otel_llm.export.exposition import label_text
 
 
 class TracePipeline:

@@ -16,7 +16,7 @@ from collections import deque
 import torch
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig
-from otel_llm.meter_setup import otlp_metric_reader, service_resource
+from otel_llm.export.otlp_metrics import otlp_metric_reader, service_resource
 
 VOCAB, EOS, MAX_BATCH = 96, 0, 4
 

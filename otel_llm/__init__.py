@@ -6,11 +6,11 @@ Frontend side: `Telemetry` (request table, vLLM-parity metrics, gen_ai spans,
 Triton statistics, Prometheus `/metrics`, OTel readers).
 """
 
-from .config import TelemetryConfig
-from .recorder import StepRecorder
-from .request import RequestInfo
-from .step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
-from .telemetry import Telemetry
+from otel_llm.engine.recorder import StepRecorder
+from otel_llm.engine.step import EventKind, FinishReason, SchedulerSnapshot, StepRecord
+from otel_llm.frontend.config import TelemetryConfig
+from otel_llm.frontend.request import RequestInfo
+from otel_llm.frontend.telemetry import Telemetry
 
 __all__ = [
     "EventKind",

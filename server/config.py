@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from otel_llm.cardinality import DEFAULT_CARDINALITY_LIMIT
-from otel_llm.profiles import PROFILE_NAMES, hidden_version, resolve_custom_buckets
+from otel_llm.canonical.cardinality import DEFAULT_CARDINALITY_LIMIT
 from otel_llm.server.engine.config import EngineConfig
 from otel_llm.server.model.specs import BUILTIN_MODELS
+from otel_llm.shim.profiles import PROFILE_NAMES, resolve_custom_buckets
+from otel_llm.shim.vllm import hidden_version
 
 METRICS_COMPAT = PROFILE_NAMES
 

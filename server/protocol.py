@@ -20,7 +20,12 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict
 
 from otel_llm.server.audio_spec import (
-    AUDIO_FORMATS, AUDIO_VOICES, MODALITIES, PCM16_SAMPLE_RATE_HZ, SUPPORTED_AUDIO_FORMAT)
+    AUDIO_FORMATS,
+    AUDIO_VOICES,
+    MODALITIES,
+    PCM16_SAMPLE_RATE_HZ,
+    SUPPORTED_AUDIO_FORMAT,
+)
 
 
 class StreamOptions(BaseModel):

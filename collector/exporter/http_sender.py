@@ -24,7 +24,7 @@ import urllib.parse
 from typing import NamedTuple
 
 from otel_llm.collector.exporter.queue import RetryableError
-from otel_llm.redaction import redact_url
+from otel_llm.export.redaction import redact_url
 
 _MAX_LOGGED_BODY_CHARS = 512
 _MAX_READ_BODY_BYTES = 64 * 1024  # a longer answer is cut and its connection closed

@@ -26,7 +26,7 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
-from otel_llm.redaction import redact_url
+from otel_llm.export.redaction import redact_url
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.exposition import SelfFamily
-from otel_llm.export_counts import RECORDS, exporter_families
-from otel_llm.exposition import label_text
-from otel_llm.instruments import Kind
+from otel_llm.export.export_counts import RECORDS, exporter_families
+from otel_llm.export.exposition import label_text
 
 
 class SelfTelemetry:

@@ -1,7 +1,7 @@
 """The OpenTelemetry Collector Contrib config that does, beyond one host, what `otel-llm collector` does.
 
 `otelcol_config(profile)` builds it as plain data from the tables the server's own /metrics and our
-collector use (`otel_llm.instruments`, `otel_llm.profiles`; imported, never copied), so the three
+collector use (`otel_llm.canonical.instruments`, `otel_llm.shim.profiles`; imported, never copied), so the three
 cannot disagree on a name. `render_otelcol_config(...)` is the same as YAML for
 `otelcol-contrib --config FILE`. Profiles `vllm` and `otel` only (`PROFILES`): the others copy one
 instrument into several families, scale units, show a histogram's sum as a counter, count only some
@@ -35,15 +35,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from otel_llm.collector.otelcol.traces import header_lines as _traces_header, traces_part
-from otel_llm.collector.exporter.otlp import OtlpExporterConfig
-from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
-from otel_llm.instruments import (
-    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
+from otel_llm.canonical.instruments import (
+    CACHE_CONFIG_INFO,
+    CACHE_CONFIG_PREFIX,
+    DIMENSIONS,
+    ENGINE_ATTRIBUTE,
+    MODEL_ATTRIBUTE,
+    PROVIDER_ATTRIBUTE,
+    Kind,
     instrument_table,
 )
+from otel_llm.collector.exporter.otlp import OtlpExporterConfig
+from otel_llm.collector.otelcol.traces import header_lines as _traces_header
+from otel_llm.collector.otelcol.traces import traces_part
 from otel_llm.collector.processor.metric_routes import collector_profile
-from otel_llm.profiles import Family, Profile
+from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+from otel_llm.shim.profile import Family, Profile
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
 PROFILES = ("vllm", "otel")  # the profiles whose every family is a rename (see the module docstring)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
 from otel_llm.collector.exporter.otlp import DISK_QUEUE, OtlpExporterConfig
+from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
 
 FILE_STORAGE = "file_storage"
 TAIL_SAMPLING = "tail_sampling"

@@ -1,11 +1,11 @@
 """The shim inside the collector: where each OTLP metric goes on the Prometheus side.
 
-A `Router` is built from one profile of `otel_llm.profiles` (any of
+A `Router` is built from one profile of `otel_llm.shim.profiles` (any of
 `PROFILE_NAMES`; imported, never copied), so the collector exposes exactly what a
 server's own `/metrics?compat=NAME` does:
 
 - a canonical otel_llm instrument (same name and kind as in
-  `otel_llm.instruments`) becomes each family the profile makes of it (one
+  `otel_llm.canonical.instruments`) becomes each family the profile makes of it (one
   route per family: SGLang and Triton expose some instruments several times):
   its name, the base labels (model and engine, or the family's own, plus its
   fixed `const` labels), the per-request dimensions the profile keeps (through
@@ -22,7 +22,7 @@ server's own `/metrics?compat=NAME` does:
 - a metric the scrape receiver read under its own Prometheus name (scope
   `otel_llm.collector.scrape`) keeps that name and its labels, verbatim;
 - any other metric keeps its own name, translated by the OTel specification's
-  Prometheus rules (`otel_llm.prometheus_naming`), its attributes as labels, plus
+  Prometheus rules (`otel_llm.shim.prometheus_naming`), its attributes as labels, plus
   ``otel_scope_name``/``otel_scope_version``.
 
 Every series also gets ``job`` (``service.namespace/service.name``) and
@@ -43,25 +43,33 @@ from typing import NamedTuple
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from otel_llm.collector.pdata import metrics_wire as wire
-from otel_llm.cardinality import OVERFLOW_ATTRIBUTE
-from otel_llm.config import TelemetryConfig
-from otel_llm.exposition import cache_value, series_groups
-from otel_llm.instruments import (
-    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, SPEC_DECODE, Instrument, Kind,
+from otel_llm.canonical.cardinality import OVERFLOW_ATTRIBUTE
+from otel_llm.canonical.instruments import (
+    ADAPTER_ATTRIBUTE,
+    CACHE_CONFIG_INFO,
+    CACHE_CONFIG_PREFIX,
+    DEFAULT_MODEL_VERSION,
+    ENGINE_ATTRIBUTE,
+    LORA_REQUESTS,
+    MAX_SPEC_POSITIONS,
+    MODEL_ATTRIBUTE,
+    SPEC_DECODE,
+    Instrument,
+    Kind,
     instrument_table,
 )
-from otel_llm.lora import ADAPTER_ATTRIBUTE, LORA_REQUESTS
-from otel_llm.profiles import Family as ProfileFamily
-from otel_llm.profiles import Profile, get_profile
-from otel_llm.prometheus_naming import label_name, metric_name
-from otel_llm.step import MAX_SPEC_POSITIONS
+from otel_llm.collector.pdata import metrics_wire as wire
+from otel_llm.export.exposition import cache_value, series_groups
+from otel_llm.shim.profile import Family as ProfileFamily
+from otel_llm.shim.profile import Profile
+from otel_llm.shim.profiles import get_profile
+from otel_llm.shim.prometheus_naming import label_name, metric_name
 
 OVERFLOW = ("otel_metric_overflow", "true")
 SCRAPE_SCOPE = "otel_llm.collector.scrape"  # metrics a scrape target exposed under their own names
 Pairs = tuple[tuple[str, str], ...]  # label (name, raw value) pairs of one series
 _KINDS = {"gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
-_VERSION = TelemetryConfig.model_version  # OTLP carries no model version: the servers' default ("1")
+_VERSION = DEFAULT_MODEL_VERSION  # OTLP carries no model version: the servers' default ("1")
 _ADAPTER_LABEL = label_name(ADAPTER_ATTRIBUTE)  # as the server's renderer names it
 
 

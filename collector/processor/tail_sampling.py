@@ -31,9 +31,8 @@ from typing import NamedTuple
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otel_llm.collector.pdata.traces_wire import encode_spans
 from otel_llm.collector.pdata.request_span import request_facts
-
+from otel_llm.collector.pdata.traces_wire import encode_spans
 
 
 @dataclass(frozen=True)

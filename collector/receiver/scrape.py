@@ -24,11 +24,11 @@ import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.exposition import SelfFamily
 from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
-from otel_llm.exposition import label_text
-from otel_llm.instruments import Kind
-from otel_llm.redaction import redact_url
+from otel_llm.export.exposition import label_text
+from otel_llm.export.redaction import redact_url
 
 logger = logging.getLogger("otel_llm.collector")
 

@@ -25,11 +25,17 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from otel_llm.collector.processor.metric_routes import SCRAPE_SCOPE as SCOPE
-from otel_llm.instruments import (
-    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, Kind, instrument_table,
+from otel_llm.canonical.instruments import (
+    CACHE_CONFIG_INFO,
+    CACHE_CONFIG_PREFIX,
+    DIMENSIONS,
+    ENGINE_ATTRIBUTE,
+    MODEL_ATTRIBUTE,
+    Kind,
+    instrument_table,
 )
-from otel_llm.profiles import get_profile
+from otel_llm.collector.processor.metric_routes import SCRAPE_SCOPE as SCOPE
+from otel_llm.shim.profiles import get_profile
 
 REVERSED_PROFILES = ("vllm", "otel")  # first wins on a name both know (none today)
 _CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE

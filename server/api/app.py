@@ -31,12 +31,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from otel_llm import Telemetry, TelemetryConfig
-from otel_llm.asgi import make_metrics_app
-from otel_llm.export_counts import ExportCounts, exporter_families
-from otel_llm.exposition import SelfFamily
-from otel_llm.instruments import Kind
-from otel_llm.meter_setup import otlp_metric_reader, service_resource
-from otel_llm.redaction import redact_url
+from otel_llm.canonical.instruments import Kind
+from otel_llm.export.asgi import make_metrics_app
+from otel_llm.export.export_counts import ExportCounts, exporter_families
+from otel_llm.export.exposition import SelfFamily
+from otel_llm.export.otlp_metrics import otlp_metric_reader, service_resource
+from otel_llm.export.redaction import redact_url
 from otel_llm.server import protocol
 from otel_llm.server.api import triton
 from otel_llm.server.api.arrival import ArrivalStamp

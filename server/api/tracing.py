@@ -3,7 +3,7 @@
 `ServerSpanMiddleware` is a pure ASGI middleware: one SERVER span per HTTP
 request, a child of the incoming W3C `traceparent` (if any), from the request's
 start until the last body byte is sent (so a streamed response is inside it).
-Like the SDK's gen_ai spans (`otel_llm.tracing`), it is built retroactively: the
+Like the SDK's gen_ai spans (`otel_llm.frontend.request_spans`), it is built retroactively: the
 span's identity is decided up front and put in `scope["state"]["trace_headers"]`
 (handlers pass it to `RequestInfo.trace_headers`, which makes the gen_ai span its
 child), and the finished span goes straight to the provider's span processors:
@@ -13,7 +13,7 @@ health) get no span.
 Per the HTTP semantic conventions the span is named `{method} {route template}`, or
 just `{method}` when no route matched (a 404), so clients cannot mint span names;
 a method outside the standard set is `_OTHER` (span name `HTTP`). The provider's
-span limits apply (`otel_llm.span_limits`: `url.path` is cut at 4096 characters by default).
+span limits apply (`otel_llm.frontend.span_limits`: `url.path` is cut at 4096 characters by default).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from otel_llm.export_counts import ExportCounts
-from otel_llm.redaction import redact_url
-from otel_llm.span_limits import SpanLimiter
-from otel_llm.tracing import new_span_identity
+from otel_llm.export.export_counts import ExportCounts
+from otel_llm.export.redaction import redact_url
+from otel_llm.frontend.request_spans import new_span_identity
+from otel_llm.frontend.span_limits import SpanLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None,
     """
     provider = TracerProvider(resource=resource)
     if otlp_traces_endpoint:
-        from otel_llm.tracer_setup import batch_span_processor, otlp_span_exporter
+        from otel_llm.export.otlp_traces import batch_span_processor, otlp_span_exporter
 
         provider.add_span_processor(batch_span_processor(otlp_span_exporter(otlp_traces_endpoint), counts))
         logger.info("exporting traces over OTLP to %s", redact_url(otlp_traces_endpoint))
@@ -63,7 +63,7 @@ class ServerSpanMiddleware:
     def __init__(self, app, tracer_provider: TracerProvider):
         self.app = app
         self.provider = tracer_provider
-        self._processor = tracer_provider._active_span_processor  # as otel_llm.tracing does
+        self._processor = tracer_provider._active_span_processor  # as otel_llm.frontend.request_spans does
         self._limits = SpanLimiter(tracer_provider._span_limits)
 
     async def __call__(self, scope, receive, send):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from otel_llm.triton import UnknownModel, statistics_response
+from otel_llm.frontend.triton_stats import UnknownModel, statistics_response
 
 router = APIRouter()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence as Seq
 
-from otel_llm.kv_residency import KVResidencySampler
+from otel_llm.engine.kv_residency import KVResidencySampler
 
 from .sequence import Sequence
 

@@ -8,9 +8,9 @@ import time
 
 import torch
 
-from otel_llm.kv_residency import KVResidencySampler
-from otel_llm.recorder import StepRecorder
-from otel_llm.step import FinishReason, SchedulerSnapshot
+from otel_llm.engine.kv_residency import KVResidencySampler
+from otel_llm.engine.recorder import StepRecorder
+from otel_llm.engine.step import FinishReason, SchedulerSnapshot
 
 from .block_manager import BlockManager
 from .config import EngineConfig

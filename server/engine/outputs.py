@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otel_llm.step import FinishReason
+from otel_llm.engine.step import FinishReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_llm.step import FinishReason
+from otel_llm.engine.step import FinishReason
 
 if TYPE_CHECKING:
     from .request import Request

@@ -6,8 +6,8 @@ Small enough that the engine's own overhead, not the matmuls, dominates on a
 from __future__ import annotations
 
 import torch
-from tokenizers import AddedToken, Tokenizer as BackendTokenizer
-from tokenizers import decoders, models, pre_tokenizers
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as BackendTokenizer
 
 from otel_llm.server.model.config import LlamaConfig, cast_weights, expected_weight_names
 from otel_llm.server.model.tokenizer import Tokenizer

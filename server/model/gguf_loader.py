@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from gguf import GGUFReader
 from gguf.quants import dequantize
-from tokenizers import AddedToken, Tokenizer as BackendTokenizer
-from tokenizers import decoders, models, pre_tokenizers
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as BackendTokenizer
 
 from otel_llm.server.model.config import LlamaConfig, cast_weights, expected_weight_names
 from otel_llm.server.model.tokenizer import Tokenizer

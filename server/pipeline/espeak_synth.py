@@ -14,9 +14,9 @@ import subprocess
 
 import numpy as np
 
+from otel_llm.server.audio_spec import AUDIO_VOICES
 from otel_llm.server.pipeline.pcm_stream import PcmStream
 from otel_llm.server.pipeline.synth_config import SynthConfig
-from otel_llm.server.audio_spec import AUDIO_VOICES
 
 _PHRASE_END = re.compile(r"[.,;:!?\n]")
 _WORDS_PER_MINUTE = 170

@@ -9,8 +9,8 @@ disabled: it records nothing and renders no family.
 
 from __future__ import annotations
 
-from otel_llm.pipeline import PipelineConfig, PipelineTelemetry
-from otel_llm.pipeline_log import PipelineStatLogger
+from otel_llm.pipeline.log import PipelineStatLogger
+from otel_llm.pipeline.telemetry import PipelineConfig, PipelineTelemetry
 from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 from otel_llm.server.pipeline.pipeline_serving import PipelineServing
 from otel_llm.server.pipeline.talker import Talker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otel_llm.pipeline_families import PREFIXES
+from otel_llm.pipeline.families import PREFIXES
 from otel_llm.server.pipeline.synth import make_synth
 from otel_llm.server.pipeline.synth_config import BACKENDS, SynthConfig
 

@@ -33,13 +33,18 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from otel_llm import FinishReason
-from otel_llm.pipeline import PipelineTelemetry
-from otel_llm.pipeline_request import FOLD_HOPS
+from otel_llm.pipeline.request import FOLD_HOPS
+from otel_llm.pipeline.telemetry import PipelineTelemetry
 from otel_llm.server import protocol
 from otel_llm.server.api.errors import OpenAIError
 from otel_llm.server.api.serving import SSE_DONE, ClientGone, sse_event, until_disconnect
-from otel_llm.server.pipeline.audio_chunks import audio_chat_response, audio_chunk, audio_expiry_chunk, message_audio, \
-    new_audio_id
+from otel_llm.server.pipeline.audio_chunks import (
+    audio_chat_response,
+    audio_chunk,
+    audio_expiry_chunk,
+    message_audio,
+    new_audio_id,
+)
 from otel_llm.server.pipeline.talker import Talker
 from otel_llm.server.pipeline.talker_session import STAGE_TALKER, STAGE_THINKER, THINKER_REPLICA, TalkerSession
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from otel_llm.server.audio_spec import AUDIO_VOICES
 from otel_llm.server.pipeline.pcm_stream import PcmStream
 from otel_llm.server.pipeline.synth_config import SynthConfig
-from otel_llm.server.audio_spec import AUDIO_VOICES
 
 _PENTATONIC_SEMITONES = (0, 2, 4, 7, 9, 12, 14, 16, 19, 21)
 _HARMONICS = ((1, 0.6), (2, 0.25), (3, 0.1))  # (multiple of the note, amplitude)

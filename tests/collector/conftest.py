@@ -2,9 +2,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from tests.harness.fixtures import prometheus_server  # noqa: F401  (fixture)
+from tests.harness.memory_sink import MemorySink
 
 
 @pytest.fixture

@@ -6,12 +6,12 @@ import sys
 import pytest
 import yaml
 
-from otel_llm.collector.service import CollectorConfig
+from otel_llm.cli import build_parser
 from otel_llm.collector.cli import config_from_args
 from otel_llm.collector.otelcol.config import otelcol_config
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
-from otel_llm.profiles import PROFILE_NAMES
-from otel_llm.cli import build_parser
+from otel_llm.collector.service import CollectorConfig
+from otel_llm.shim.profiles import PROFILE_NAMES
 
 
 def collector_cli(*argv: str) -> subprocess.CompletedProcess:

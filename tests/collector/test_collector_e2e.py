@@ -10,20 +10,25 @@ from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.sdk.metrics import (
-    Counter, Histogram, MeterProvider, ObservableCounter, ObservableGauge, ObservableUpDownCounter, UpDownCounter,
+    Counter,
+    Histogram,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
 )
 from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
-from otel_llm.profiles import PROFILE_NAMES
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.shim.profiles import PROFILE_NAMES
 from tests.collector.otlp_builders import counter, request, samples
 from tests.collector.test_metric_store import serve_some
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
 from tests.server.api.api_server_harness import ServerProcess, wait_until
-
 
 _KINDS = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
 

@@ -12,12 +12,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_llm.collector.service import Collector, CollectorConfig
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from otel_llm.collector.service import Collector, CollectorConfig
 from tests.collector.otlp_builders import samples
 from tests.harness import free_port
+from tests.harness.memory_sink import MemorySink
 from tests.server.api.api_server_harness import ServerProcess, wait_until
 
 
@@ -106,8 +106,8 @@ def test_a_real_servers_request_spans_pass_through():
 def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
     """One backend accepts connections and never answers: the healthy one still gets every span at once,
     the stalled one's queue stays within its bounds, and what it cannot keep is counted."""
-    from otel_llm.collector.exporter.queue import QueueConfig
     from otel_llm.collector.exporter.otlp import OtlpExporter, OtlpExporterConfig
+    from otel_llm.collector.exporter.queue import QueueConfig
     from otel_llm.collector.trace_pipeline import TracePipeline
     from tests.collector.test_trace_exporter import spans_request
     from tests.harness.scripted_http import ScriptedReceiver

@@ -5,8 +5,8 @@ import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.harness.memory_sink import DroppedCounts, MemorySink
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver, Signal
+from tests.harness.memory_sink import DroppedCounts, MemorySink
 
 
 def spans_request(n: int) -> ExportTraceServiceRequest:

@@ -14,11 +14,11 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from otel_llm.collector.service import Collector, CollectorConfig
-from otel_llm.collector.processor.metric_routes import collector_profile
-from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot
-from otel_llm.profiles import PROFILE_NAMES, aggregation_table
+from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
+from otel_llm.collector.processor.metric_routes import collector_profile
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.shim.profiles import PROFILE_NAMES, aggregation_table
 from tests.otel_llm.conftest import Harness
 
 S, MS = 1_000_000_000, 1_000_000

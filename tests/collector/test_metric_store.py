@@ -9,13 +9,20 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.sdk.resources import Resource
 
+from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot
 from otel_llm.collector.exporter.prometheus.exposition import render
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
 from otel_llm.collector.pdata.otlp_codec import PayloadError
-from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot
-from otel_llm.bridge import to_metrics_data
+from otel_llm.export.metric_producer import to_metrics_data
 from tests.collector.otlp_builders import (
-    DELTA, SEC, counter, gauge, histogram, kvs, request, samples,
+    DELTA,
+    SEC,
+    counter,
+    gauge,
+    histogram,
+    kvs,
+    request,
+    samples,
 )
 from tests.otel_llm.conftest import Harness
 

@@ -9,15 +9,21 @@ import yaml
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from otel_llm.collector.processor.metric_routes import collector_profile
-from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
-from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
-from otel_llm.exposition import series_groups
-from otel_llm.instruments import (
-    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
+from otel_llm.canonical.instruments import (
+    CACHE_CONFIG_INFO,
+    CACHE_CONFIG_PREFIX,
+    DIMENSIONS,
+    ENGINE_ATTRIBUTE,
+    MODEL_ATTRIBUTE,
+    PROVIDER_ATTRIBUTE,
+    Kind,
     instrument_table,
 )
-from otel_llm.profiles import get_profile
+from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
+from otel_llm.collector.processor.metric_routes import collector_profile
+from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
+from otel_llm.export.exposition import series_groups
+from otel_llm.shim.profiles import get_profile
 
 PROFILES = ("vllm", "otel")
 CORE, CONTRIB = "open-telemetry/opentelemetry-collector", "open-telemetry/opentelemetry-collector-contrib"

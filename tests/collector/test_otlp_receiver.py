@@ -1,7 +1,7 @@
 import gzip
-import time
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig, ReceiverStats, Signal
+from tests.harness.memory_sink import MemorySink
 
 RESOURCE = Resource.create({"service.name": "otel-llm-test"})
 TRACE_ID = "5b8efff798038103d269b633813fc60c"

@@ -15,9 +15,9 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.processor.phase_spans import SCOPE, VLLM, PhaseSpans
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.tracestore.store import TraceStoreConfig
 from tests.collector.otlp_builders import kvs
 from tests.server.api.api_server_harness import wait_until

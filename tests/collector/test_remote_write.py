@@ -17,7 +17,6 @@ from typing import Any
 import cramjam
 import pytest
 
-from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.exporter.queue import (
     ExporterQueue,
     PermanentError,
@@ -25,6 +24,7 @@ from otel_llm.collector.exporter.queue import (
     RetryableError,
     RetryConfig,
 )
+from otel_llm.collector.exporter.remote_write.exporter import RemoteWriteConfig, RemoteWriteExporter
 from otel_llm.collector.exporter.remote_write.proto import (
     STALE_NAN,
     Exemplar,
@@ -37,8 +37,8 @@ from otel_llm.collector.exporter.remote_write.proto import (
     decode_write_request,
     encode_write_request,
 )
-from otel_llm.collector.exporter.remote_write.exporter import RemoteWriteConfig, RemoteWriteExporter
-from otel_llm.redaction import redact_url
+from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.export.redaction import redact_url
 from tests.harness import free_port
 from tests.harness.scripted_http import ScriptedReceiver
 
@@ -408,8 +408,8 @@ def test_real_prometheus_receives_counter_histogram_exemplar_and_staleness(prome
 
 def test_public_surface() -> None:
     import otel_llm.collector.exporter.queue as queue_module
-    import otel_llm.collector.exporter.remote_write.proto as proto_module
     import otel_llm.collector.exporter.remote_write.exporter as exporter_module
+    import otel_llm.collector.exporter.remote_write.proto as proto_module
 
     assert sorted(exporter_module.__all__) == ["RemoteWriteConfig", "RemoteWriteExporter"]
     assert sorted(queue_module.__all__) == [

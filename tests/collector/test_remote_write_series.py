@@ -9,7 +9,7 @@ from otel_llm.collector.exporter.prometheus.exposition import render
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
 from otel_llm.collector.exporter.remote_write.proto import STALE_NAN
 from otel_llm.collector.exporter.remote_write.series import RemoteWriteSeries
-from otel_llm.profiles import PROFILE_NAMES
+from otel_llm.shim.profiles import PROFILE_NAMES
 from tests.collector.otlp_builders import SEC, counter, histogram, request, samples
 from tests.collector.test_metric_routes import CACHE, drive
 from tests.collector.test_metric_store import otlp_of

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_llm.collector.exporter.prometheus import exposition
-from otel_llm.collector.service import Collector, CollectorConfig
-from otel_llm.collector.cli import config_from_args
-from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
-from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
-from otel_llm.collector.receiver.scrape import Scraper, ScrapeTarget, fetch, load_scrape_config, parse_target
 from otel_llm.cli import build_parser
+from otel_llm.collector.cli import config_from_args
+from otel_llm.collector.exporter.prometheus import exposition
+from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
+from otel_llm.collector.receiver.scrape import Scraper, ScrapeTarget, fetch, load_scrape_config, parse_target
+from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
+from otel_llm.collector.service import Collector, CollectorConfig
 from tests.harness.ports import free_port
 
 DATA = Path(__file__).parent / "data"

@@ -13,15 +13,16 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.trace import Status as SdkStatus, StatusCode
+from opentelemetry.trace import Status as SdkStatus
+from opentelemetry.trace import StatusCode
 
-from otel_llm.collector.service import Collector, CollectorConfig
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.pdata.otlp_codec import PayloadError
-from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.trace_pipeline import TracePipeline
 from tests.collector.otlp_builders import samples
+from tests.harness.memory_sink import MemorySink
 from tests.server.api.api_server_harness import wait_until
 
 DROP_ALL_FINE = TailSamplingConfig(keep_fraction=0.0)

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
-from otel_llm.collector.service import Collector, CollectorConfig
+from otel_llm.cli import main
 from otel_llm.collector.extension.jaeger_query import trace_json
 from otel_llm.collector.processor.phase_spans import PhaseSpans
+from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.timeline.plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
-from otel_llm.cli import main
 from otel_llm.server.engine_process import engine_pids
 from tests.collector.test_phase_spans import vllm_request, vllm_spans
 from tests.server.api.api_server_harness import REPO, ServerProcess, sample, wait_until

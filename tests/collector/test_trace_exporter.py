@@ -11,14 +11,15 @@ import pytest
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
 )
 
+from otel_llm.collector.exporter.otlp import OtlpExporter, OtlpExporterConfig
 from otel_llm.collector.exporter.queue import QueueConfig, RetryConfig
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
-from otel_llm.collector.exporter.otlp import OtlpExporter, OtlpExporterConfig
+from tests.harness.memory_sink import MemorySink
 from tests.harness.scripted_http import ScriptedReceiver
 
 FAST_RETRY = RetryConfig(initial_interval_s=0.01, max_interval_s=0.05, max_elapsed_time_s=3.0)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from otel_llm.canonical.instruments import Kind, instrument_table
 from otel_llm.collector.otelcol.config import target_name
-from otel_llm.instruments import Kind, instrument_table
-from otel_llm.profiles import get_profile
+from otel_llm.shim.profiles import get_profile
 
 COMPOSE = Path(__file__).resolve().parents[2] / "examples" / "compose"
 COMPOSE_CONFIG_ARGS = ("--print-otelcol-config", "--otelcol-traces-endpoint", "jaeger:4317")  # as README.md says

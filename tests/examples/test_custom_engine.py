@@ -5,10 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from otel_llm.collector.service import Collector, CollectorConfig
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from otel_llm.collector.service import Collector, CollectorConfig
 from tests.collector.otlp_builders import samples
+from tests.harness.memory_sink import MemorySink
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_engine.py"
 

@@ -21,7 +21,6 @@ from tests.harness.otlp_records import (
     flatten_spans,
 )
 
-
 _REQUEST_TYPES = {route.signal: route.request_type for route in ROUTES.values()}
 
 

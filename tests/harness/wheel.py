@@ -9,6 +9,7 @@ download), and returns the ``.whl``.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ def build_wheel() -> Path:
     wheels = sorted(out.glob("otel_llm-*.whl"))
     if wheels:
         return wheels[0]
+    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools' staging folder: stale modules would go in
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                            "-w", str(out), str(REPO)], capture_output=True, text=True)
     if proc.returncode != 0:

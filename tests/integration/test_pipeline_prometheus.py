@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig
-from otel_llm.asgi import make_metrics_app
+from otel_llm.export.asgi import make_metrics_app
 from otel_llm.pipeline import PipelineConfig, PipelineTelemetry, TransferHop
 from tests.harness.ports import free_port
 from tests.harness.prometheus import PrometheusServer, promtool_check_metrics

@@ -5,7 +5,7 @@ reason is dropped and counted, never raised; with telemetry off, nothing."""
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_llm import Telemetry, TelemetryConfig
-from otel_llm.exposition import Renderer
+from otel_llm.export.exposition import Renderer
 from tests.collector.otlp_builders import samples
 
 HELP = "Number of admission attempts rejected by a queue limit, by reason."

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from otel_llm.aggregation import HistogramState
+from otel_llm.canonical.aggregation import HistogramState
 
 BOUNDS = (0.01, 0.1, 0.5, 1.0, 5.0)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from otel_llm.audio_player import NO_AUDIO_DATA, AudioChunk, simulate
+from otel_llm.pipeline.audio_player import NO_AUDIO_DATA, AudioChunk, simulate
 
 RATE = 8000  # s16le mono: 16000 bytes per second of audio
 CHUNK = 2000  # 0.125 s of audio

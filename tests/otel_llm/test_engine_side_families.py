@@ -12,10 +12,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord
-from otel_llm import instruments as I
-from otel_llm.bridge import to_metrics
-from otel_llm.stat_logger import StatLogger
-from otel_llm.step import HEADER_SIZE, SpecDecodingStats, outputs_only_header
+from otel_llm.canonical import instruments as I
+from otel_llm.engine.step import HEADER_SIZE, SpecDecodingStats, outputs_only_header
+from otel_llm.export.metric_producer import to_metrics
+from otel_llm.frontend.stat_logger import StatLogger
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
 
@@ -311,7 +311,7 @@ def test_log_lines_as_vllm(caplog):
 def test_vllm_stats_objects_feed_the_same_canonical_instruments():
     from types import SimpleNamespace as NS
 
-    from otel_llm.vllm_stats import VllmStatsAggregator
+    from otel_llm.vllm.stats import VllmStatsAggregator
 
     agg = VllmStatsAggregator("m", 8192, vllm_families=False)  # `add` mode: OTLP only
 

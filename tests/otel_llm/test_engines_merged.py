@@ -6,9 +6,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, Telemetry, TelemetryConfig
-from otel_llm.exposition import Renderer
-from otel_llm.profiles import PROFILE_NAMES, get_profile
-from otel_llm.recorder import StepRecorder
+from otel_llm.engine.recorder import StepRecorder
+from otel_llm.export.exposition import Renderer
+from otel_llm.shim.profiles import PROFILE_NAMES, get_profile
 
 
 def engine(name: str, kv_usage: float, requests: int) -> Telemetry:

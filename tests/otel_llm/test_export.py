@@ -9,9 +9,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExpor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from tests.harness.memory_sink import MemorySink
-from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from otel_llm import StepRecorder, Telemetry, TelemetryConfig
+from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from tests.harness.memory_sink import MemorySink
 from tests.otel_llm.test_exposition import workload
 
 

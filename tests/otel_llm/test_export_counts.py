@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from otel_llm.export_counts import ExportCounts, ExporterStats, exporter_families
-from otel_llm.exposition import self_family_lines
-from otel_llm.meter_setup import CountingMetricExporter
-from otel_llm.tracer_setup import CountingBatchSpanProcessor
+from otel_llm.export.export_counts import ExportCounts, ExporterStats, exporter_families
+from otel_llm.export.exposition import self_family_lines
+from otel_llm.export.otlp_metrics import CountingMetricExporter
+from otel_llm.export.otlp_traces import CountingBatchSpanProcessor
 
 
 class GatedExporter(InMemorySpanExporter):

@@ -5,8 +5,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm import instruments as I
-from otel_llm.exposition import negotiate
+from otel_llm.canonical import instruments as I
+from otel_llm.export.exposition import negotiate
 from tests.harness.prometheus import promtool_check_metrics
 
 S, MS = 1_000_000_000, 1_000_000

@@ -29,8 +29,8 @@ from typing import NamedTuple
 import pytest
 
 from otel_llm import SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig
-from otel_llm.exposition import Renderer
-from otel_llm.profiles import get_profile
+from otel_llm.export.exposition import Renderer
+from otel_llm.shim.profiles import get_profile
 
 VLLM = {  # factories.go defaultEngineConfigs, Name "vllm" (block size and count: labels of the info gauge)
     "queue": "vllm:num_requests_waiting",

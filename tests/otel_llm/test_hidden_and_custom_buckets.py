@@ -7,9 +7,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm import instruments as I
-from otel_llm.custom_buckets import parse_specs
-from otel_llm.step import SchedulerSnapshot
+from otel_llm.canonical import instruments as I
+from otel_llm.engine.step import SchedulerSnapshot
+from otel_llm.shim.custom_buckets import parse_specs
 from tests.otel_llm.conftest import Harness
 from tests.server.api.api_server_harness import ServerProcess
 

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import StepRecord
-from otel_llm import instruments as I
-from otel_llm.bridge import to_metrics
-from otel_llm.custom_buckets import parse_specs
-from otel_llm.kv_residency import KVEvictions, KVResidencySampler
+from otel_llm.canonical import instruments as I
+from otel_llm.engine.kv_residency import KVEvictions, KVResidencySampler
+from otel_llm.export.metric_producer import to_metrics
+from otel_llm.shim.custom_buckets import parse_specs
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Clock, Harness
 
@@ -152,7 +152,7 @@ def test_negative_times_are_a_counted_drop():
 
 
 def test_vllm_eviction_events_feed_the_same_instruments():
-    from otel_llm.vllm_stats import VllmStatsAggregator
+    from otel_llm.vllm.stats import VllmStatsAggregator
 
     agg = VllmStatsAggregator("m", 8192, vllm_families=False, kv_cache_metrics=True)
     events = [NS(lifetime_seconds=0.002, idle_seconds=0.001, reuse_gaps_seconds=(0.003, 700.0)),

@@ -21,14 +21,20 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import (
-    FinishReason, RequestInfo, SchedulerSnapshot, StepRecord, StepRecorder, Telemetry, TelemetryConfig,
+    FinishReason,
+    RequestInfo,
+    SchedulerSnapshot,
+    StepRecord,
+    StepRecorder,
+    Telemetry,
+    TelemetryConfig,
 )
-from otel_llm.bridge import attach_reader
-from otel_llm.exposition import Renderer
-from otel_llm.profiles import get_profile
+from otel_llm.export.exposition import Renderer
+from otel_llm.export.metric_producer import attach_reader
+from otel_llm.shim.profiles import get_profile
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
-from tests.otel_llm.test_gie import MetricFamily, VLLM, parse_string_to_spec, text_to_metric_families
+from tests.otel_llm.test_gie import VLLM, MetricFamily, parse_string_to_spec, text_to_metric_families
 
 S, MS = 1_000_000_000, 1_000_000
 INFO = "vllm:lora_requests_info"

@@ -13,10 +13,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
-from otel_llm.otlp_encoding import FastOTLPSpanExporter, encode_spans
-from otel_llm.tracer_setup import otlp_span_exporter
+from otel_llm.export.otlp_traces import otlp_span_exporter
+from otel_llm.export.span_encoding import FastOTLPSpanExporter, encode_spans
+from tests.harness.memory_sink import MemorySink
 from tests.otel_llm.conftest import Harness
 from tests.otel_llm.test_request_table import run_timeline
 

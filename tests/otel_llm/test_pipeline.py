@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_llm.pipeline import PipelineConfig, PipelineTelemetry, TransferHop
-from otel_llm.pipeline_families import FAMILIES
+from otel_llm.pipeline.families import FAMILIES
 
 MS = 1_000_000
 SECOND = 1000 * MS
@@ -91,7 +91,7 @@ def test_one_transfer_observation_per_hop_per_edge():
 
 
 def test_a_running_request_hands_over_its_hops_in_bounded_batches():
-    from otel_llm.pipeline_request import FOLD_HOPS
+    from otel_llm.pipeline.request import FOLD_HOPS
 
     p, _ = pipeline()
     r = p.arrival("r")
@@ -137,7 +137,7 @@ def test_a_sender_hands_over_hops_in_batches_of_rows():
 
 def test_valid_hops_are_kept_until_a_full_batch_or_a_read():
     """The pipeline folds hops PENDING_HOPS at a time (bounded memory), and every read sees all of them."""
-    from otel_llm.pipeline import PENDING_HOPS
+    from otel_llm.pipeline.telemetry import PENDING_HOPS
 
     p, _ = pipeline()
     edge = ("0", "0", "1", "0")

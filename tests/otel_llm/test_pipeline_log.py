@@ -8,7 +8,7 @@ import time
 import pytest
 
 from otel_llm.pipeline import PipelineConfig, PipelineTelemetry, TransferHop
-from otel_llm.pipeline_log import PipelineStatLogger
+from otel_llm.pipeline.log import PipelineStatLogger
 
 MS = 1_000_000
 SECOND = 1000 * MS

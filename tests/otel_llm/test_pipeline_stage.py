@@ -10,9 +10,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig
-from otel_llm.asgi import make_metrics_app
-from otel_llm.pipeline import PipelineConfig, PipelineTelemetry
-from otel_llm.profiles import get_profile
+from otel_llm.export.asgi import make_metrics_app
+from otel_llm.pipeline.telemetry import PipelineConfig, PipelineTelemetry
+from otel_llm.shim.profiles import get_profile
 
 STAGES = [(s, r) for s in ("0", "1") for r in ("0", "1")]
 

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_llm import SchedulerSnapshot, StepRecorder, Telemetry, TelemetryConfig
-from otel_llm.pipeline_throttle import SnapshotThrottle
+from otel_llm.pipeline.throttle import SnapshotThrottle
 
 MS = 1_000_000
 

@@ -16,9 +16,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm.instruments import Kind, instrument_table
-from otel_llm.profiles import get_profile
-from otel_llm.step import SchedulerSnapshot
+from otel_llm.canonical.instruments import Kind, instrument_table
+from otel_llm.engine.step import SchedulerSnapshot
+from otel_llm.shim.profiles import get_profile
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot
-from otel_llm.step import FINISH_REASON_LABELS
+from otel_llm.engine.step import FINISH_REASON_LABELS
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
 

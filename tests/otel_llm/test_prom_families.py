@@ -4,7 +4,7 @@ import re
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from otel_llm.prom_families import FamilySet, shim_classes
+from otel_llm.export.prom_families import FamilySet, shim_classes
 
 
 def declare_and_update(C, G, H, **kw):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm.request_table import FOLD_BATCH
+from otel_llm.frontend.request_table import FOLD_BATCH
 
 from .conftest import Harness
 
@@ -221,7 +221,7 @@ def test_first_tokens_are_folded_in_batches_and_every_read_sees_them():
 
 
 def test_lifecycle_events_are_kept_until_a_fold_and_bounded(monkeypatch):
-    from otel_llm import request_table
+    from otel_llm.frontend import request_table
 
     monkeypatch.setattr(request_table, "_PENDING_EVENTS", 4)
     h = Harness(tracer_provider=None, tracing=False)

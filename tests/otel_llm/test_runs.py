@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm import request_table as rt
+from otel_llm.frontend import request_table as rt
 
 from .conftest import Harness
 

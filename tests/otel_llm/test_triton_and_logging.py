@@ -5,9 +5,8 @@ import logging
 import pytest
 
 from otel_llm import FinishReason, RequestInfo
-
-from otel_llm.stat_logger import StatLogger
-from otel_llm.triton import UnknownModel, statistics_response
+from otel_llm.frontend.stat_logger import StatLogger
+from otel_llm.frontend.triton_stats import UnknownModel, statistics_response
 from tests.otel_llm.test_exposition import workload
 from tests.otel_llm.test_request_table import MS, run_timeline
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_llm.bridge import attach_reader
-from otel_llm.vllm_stats import VllmStatsAggregator
+from otel_llm.export.metric_producer import attach_reader
+from otel_llm.vllm.stats import VllmStatsAggregator
 
 
 def finished(rng, reason):

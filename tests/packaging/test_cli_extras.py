@@ -65,7 +65,7 @@ def test_the_version():
 
 def test_the_sdk_imports_without_any_extra():
     code = BASE_INSTALL + """
-import otel_llm, otel_llm.asgi, otel_llm.exposition, otel_llm.stat_logger, otel_llm.cli
+import otel_llm, otel_llm.export.asgi, otel_llm.export.exposition, otel_llm.frontend.stat_logger, otel_llm.cli
 from otel_llm import Telemetry, TelemetryConfig
 loaded = sorted(m for m in sys.modules if any(m == r or m.startswith(r + ".") for r in REFUSED))
 print(loaded)

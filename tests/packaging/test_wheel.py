@@ -3,7 +3,6 @@ dependencies with the rest in extras, and the two entry points."""
 
 import zipfile
 from email.parser import Parser
-from pathlib import Path
 
 import pytest
 
@@ -68,4 +67,4 @@ def test_base_dependencies_are_lean_and_the_rest_are_extras(wheel):
 def test_the_command_and_the_vllm_plugin_are_entry_points(wheel):
     text = _dist_info(wheel, "entry_points.txt")
     assert "[console_scripts]\notel-llm = otel_llm.cli:main" in text
-    assert "[vllm.stat_logger_plugins]\notel_llm = otel_llm.vllm_plugin:StatLogger" in text
+    assert "[vllm.stat_logger_plugins]\notel_llm = otel_llm.vllm.plugin:StatLogger" in text

@@ -34,7 +34,7 @@ def main() -> None:
     from vllm.v1.metrics.loggers import PrometheusStatLogger
     from vllm_logger_bench import vllm_config
 
-    from otel_llm.vllm_plugin import OtelLLMPrometheusStatLogger, OtelLLMStatLogger
+    from otel_llm.vllm.plugin import OtelLLMPrometheusStatLogger, OtelLLMStatLogger
 
     cfg = vllm_config(sys.argv[1])
     ours = OtelLLMPrometheusStatLogger(cfg, [0])  # first: vLLM's logger then registers its own families

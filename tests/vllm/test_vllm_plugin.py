@@ -213,7 +213,7 @@ def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict
 
 def test_vllm_lists_and_loads_the_plugin(add_run):
     log = add_run["log"]
-    assert "otel_llm -> otel_llm.vllm_plugin:StatLogger" in log
+    assert "otel_llm -> otel_llm.vllm.plugin:StatLogger" in log
     assert "otel-llm stat logger (add mode, API server 0 of 1): OTLP push (cumulative)" in log
     assert "Traceback" not in log
     assert "Avg prompt throughput" in log  # vLLM's periodic log line stays (VLLM_LOG_STATS_INTERVAL=1 here)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
 from otel_llm.collector.http_endpoint import HttpEndpoint
-from otel_llm.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, negotiate
+from otel_llm.export.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, negotiate
 
 logger = logging.getLogger(__name__)
 

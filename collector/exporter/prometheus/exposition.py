@@ -1,6 +1,6 @@
 """The collector's Prometheus exposition: text 0.0.4 and OpenMetrics 1.0 from the store.
 
-Written like the server's renderer (`otel_llm.exposition`): each exposed series
+Written like the server's renderer (`otel_llm.export.exposition`): each exposed series
 caches its line prefixes (name, labels, `le`), so a render formats numbers
 only. Histograms are re-bucketed to the profile's bounds when the input's
 bounds contain them (exact, as on the server); otherwise the input's bounds are
@@ -20,9 +20,9 @@ from decimal import Decimal
 
 import numpy as np
 
+from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.metric_store import Family, Group, MetricStore
-from otel_llm.exposition import SelfFamily, family_header, format_value, label_text, self_family_lines
-from otel_llm.instruments import Kind
+from otel_llm.export.exposition import SelfFamily, family_header, format_value, label_text, self_family_lines
 
 
 def render(store: MetricStore, openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:

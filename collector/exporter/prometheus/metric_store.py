@@ -40,9 +40,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from otel_llm.collector.pdata import metrics_wire as wire
-from otel_llm.collector.processor.metric_routes import Pairs, Placement, ResourceInfo, Route, Router
-from otel_llm.exposition import label_text
 from otel_llm.collector.pdata.otlp_codec import PayloadError
+from otel_llm.collector.processor.metric_routes import Pairs, Placement, ResourceInfo, Route, Router
+from otel_llm.export.exposition import label_text
 
 _MAX_REASONS = 5
 _NO_RECORDED_VALUE = wire.FLAG_NO_RECORDED_VALUE

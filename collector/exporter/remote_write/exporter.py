@@ -16,6 +16,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from otel_llm import __version__
+from otel_llm.collector.exporter.http_sender import HttpSender, check_headers, check_http_url
 from otel_llm.collector.exporter.queue import (
     ExporterQueue,
     PermanentError,
@@ -24,9 +26,7 @@ from otel_llm.collector.exporter.queue import (
     RetryableError,
     RetryConfig,
 )
-from otel_llm.collector.exporter.http_sender import HttpSender, check_headers, check_http_url
 from otel_llm.collector.exporter.remote_write.proto import PrwSeries, encode_write_request
-from otel_llm import __version__
 
 logger = logging.getLogger(__name__)
 

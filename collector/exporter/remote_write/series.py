@@ -24,10 +24,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.exposition import histogram_prefixes, latest_exemplars, number
 from otel_llm.collector.exporter.prometheus.metric_store import Family, Group, MetricStore
 from otel_llm.collector.exporter.remote_write.proto import STALE_NAN, PrwExemplar, PrwSeries
-from otel_llm.instruments import Kind
 
 
 class _Sent(NamedTuple):

@@ -11,8 +11,8 @@ import openai
 import pytest
 from api_server_harness import ServerProcess, sample, wait_until
 
-from tests.harness.memory_sink import MemorySink
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
+from tests.harness.memory_sink import MemorySink
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 from api_server_harness import ServerProcess, free_port
 
-from otel_llm.redaction import redact_url
+from otel_llm.export.redaction import redact_url
 
 
 def test_redact_url():

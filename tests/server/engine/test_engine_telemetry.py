@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from engine_helpers import run_to_completion
-from otel_llm.step import EventKind, FinishReason, StepRecord
+
+from otel_llm.engine.step import EventKind, FinishReason, StepRecord
 from otel_llm.server.engine import SamplingParams
 
 
@@ -94,7 +95,7 @@ def test_request_that_can_never_fit_finishes_with_error(make_engine):
 def test_steady_decode_steps_take_the_telemetry_fast_path(dummy, make_engine):
     """A decode step of an unchanged batch is an outputs-only record whose rids repeat the
     previous step's, which `Telemetry.ingest` applies without decoding (apply_steady)."""
-    from otel_llm.step import outputs_only_header
+    from otel_llm.engine.step import outputs_only_header
 
     engine = make_engine(snapshot_interval_s=3600.0)
     for rid in range(1, 5):
@@ -108,7 +109,7 @@ def test_steady_decode_steps_take_the_telemetry_fast_path(dummy, make_engine):
 
 def test_kv_cache_metrics_sample_every_block_and_report_evictions(dummy, make_engine):
     """With a sample rate of 1 every block handed out again is one eviction in the step records."""
-    from otel_llm.kv_residency import KVResidencySampler
+    from otel_llm.engine.kv_residency import KVResidencySampler
 
     engine = make_engine(block_size=4, num_kv_blocks=16, max_model_len=64, kv_cache_metrics_sample=1.0)
     tok = dummy.tokenizer

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from engine_helpers import reference_greedy, run_to_completion
-from otel_llm.step import FinishReason
+
+from otel_llm.engine.step import FinishReason
 from otel_llm.server.engine import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)

@@ -6,9 +6,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
 from engine_helpers import run_to_completion
-from otel_llm.step import FinishReason, StepRecord
+
+from otel_llm.engine.step import FinishReason, StepRecord
 from otel_llm.server.engine import SamplingParams
 from otel_llm.server.engine.null_runner import CYCLE, NullRunner
 from otel_llm.server.model import load_model

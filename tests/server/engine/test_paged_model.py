@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 import torch
-
 from engine_helpers import reference_logits
+
 from otel_llm.server.engine.block_manager import BlockManager
 from otel_llm.server.engine.model_runner import ModelRunner
 from otel_llm.server.engine.sequence import Sequence

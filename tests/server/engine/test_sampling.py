@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 import torch
-
 from engine_helpers import reference_greedy, run_to_completion
-from otel_llm.step import FinishReason
+
+from otel_llm.engine.step import FinishReason
 from otel_llm.server.engine import SamplingParams
 from otel_llm.server.engine.sampling import Sampler
 

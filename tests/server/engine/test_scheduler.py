@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from engine_helpers import reference_greedy, run_to_completion
-from otel_llm.step import EventKind, FinishReason, StepRecord
+
+from otel_llm.engine.step import EventKind, FinishReason, StepRecord
 from otel_llm.server.engine import SamplingParams
 from otel_llm.server.engine.block_manager import BlockManager
 from otel_llm.server.engine.request import Request

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import otel_llm.server.pipeline
-from otel_llm.server.pipeline import SynthConfig
 from otel_llm.server.audio_spec import AUDIO_VOICES
+from otel_llm.server.pipeline import SynthConfig
 
 
 def test_defaults_are_openai_pcm16():

@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from otel_llm.pipeline import TransferHop, valid_hop
+from otel_llm.pipeline.hop import TransferHop, valid_hop
 from otel_llm.server.pipeline import SynthConfig, make_synth
 from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 from otel_llm.server.pipeline.talker import Talker

@@ -1,0 +1,165 @@
+"""Retroactive gen_ai span trees, built once per request when it finishes.
+
+At arrival we only decide the trace identity: the parent from an incoming W3C
+`traceparent` (if any), a trace id, and the sampling decision of the provider's
+sampler. When the request finishes, its whole tree is built from the recorded
+timestamps as SDK `ReadableSpan`s and handed straight to the provider's span
+processors (`on_end`), skipping the live-span machinery (`start_span`/`end`
+costs ~5x more, see shared/reference/measured-here.md). That hand-off uses the
+SDK's `TracerProvider._active_span_processor`: the smallest hook that lets a
+finished span enter the normal export pipeline (BatchSpanProcessor, OTLP).
+
+Tree: `{operation} {model}` (SERVER when it has no parent, INTERNAL under an
+HTTP server span) with children `queue`, `prefill`, `decode` on the engine's
+clock converted to epoch by the engine's (wall, monotonic) anchor; events
+`first_token` and one `preempted` per preemption. The provider's span limits
+apply (`otel_llm.frontend.span_limits`), with string values cut at 4096 characters by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.status import Status, StatusCode
+
+from otel_llm.engine.step import FinishReason
+from otel_llm.frontend.request import RequestInfo
+from otel_llm.frontend.request_table import FinishedBatch
+from otel_llm.frontend.span_limits import SpanLimiter
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_SCOPE = InstrumentationScope("otel_llm", "0.1.0")
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_MASK64 = (1 << 64) - 1
+
+
+def capture_content_from_env() -> bool:
+    """OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: SPAN_ONLY / SPAN_AND_EVENT / true opt in."""
+    v = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower()
+    return v in ("true", "span_only", "span_and_event")
+
+
+def new_span_identity(provider: TracerProvider, headers: dict[str, str] | None, name: str,
+                      kind: SpanKind) -> tuple[int, int, SpanContext | None, bool]:
+    """(trace id, span id, parent, sampled) of a new span: a child of `headers`' W3C
+    `traceparent` when it has a valid one, else a new trace's root; sampled as the
+    provider's sampler decides (ParentBased by default: as the parent was)."""
+    parent_ctx = _PROPAGATOR.extract(headers) if headers else None
+    parent = trace_api.get_current_span(parent_ctx).get_span_context() if parent_ctx else None
+    if parent is not None and not parent.is_valid:
+        parent = None
+    ids = provider.id_generator
+    trace_id = parent.trace_id if parent else ids.generate_trace_id()
+    decision = provider.sampler.should_sample(parent_ctx, trace_id, name, kind)
+    return trace_id, ids.generate_span_id(), parent, decision.decision.is_sampled()
+
+
+class RequestTracer:
+    """Samples at arrival, builds and emits the span tree at finish. Frontend thread only."""
+
+    def __init__(self, provider: TracerProvider, model_name: str, provider_name: str, capture_content: bool,
+                 frontend_anchor: tuple[int, int]):
+        self.provider = provider
+        self.model_name = model_name
+        self.provider_name = provider_name
+        self.capture_content = capture_content
+        self.wall0, self.mono0 = frontend_anchor
+        self._processor = provider._active_span_processor  # see module docstring
+        self._resource = provider.resource
+        self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
+
+    def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
+        """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
+        trace_id, span_id, parent, sampled = new_span_identity(
+            self.provider, info.trace_headers, f"{operation} {self.model_name}",
+            SpanKind.INTERNAL if info.trace_headers else SpanKind.SERVER)
+        return trace_id >> 64, trace_id & _MASK64, span_id if sampled else 0, parent.span_id if parent else 0
+
+    def emit(self, b: FinishedBatch, engine_anchor: tuple[int, int]) -> int:
+        """Build and export the trees of the sampled requests in `b`; returns how many."""
+        e_off = engine_anchor[0] - engine_anchor[1]  # engine mono -> epoch
+        f_off = self.wall0 - self.mono0  # frontend mono -> epoch
+        traces = b.trace.tolist()
+        emitted = 0
+        for i, (hi, lo, span_id, parent_id) in enumerate(traces):
+            if span_id:
+                self._emit_one(b, i, (hi << 64) | lo, span_id, parent_id, e_off, f_off)
+                emitted += 1
+        return emitted
+
+    def _emit_one(self, b: FinishedBatch, i: int, trace_id: int, span_id: int, parent_id: int,
+                  e_off: int, f_off: int) -> None:
+        info = b.infos[i]
+        reason = FinishReason(int(b.reason[i]))
+        op = info.operation
+        ctx = SpanContext(trace_id, span_id, False, _SAMPLED)
+        parent = SpanContext(trace_id, parent_id, True, _SAMPLED) if parent_id else None
+        start, end = int(b.arrival[i]) + f_off, int(b.finish_recv[i]) + f_off
+        q, s, f, last = int(b.queued[i]), int(b.sched[i]), int(b.first[i]), int(b.last[i])
+        valid = bool(b.engine_valid[i])
+        attrs = {
+            "gen_ai.operation.name": op,
+            "gen_ai.provider.name": self.provider_name,
+            "gen_ai.request.model": self.model_name,
+            "gen_ai.response.model": self.model_name,
+            "gen_ai.request.id": info.request_id,
+            "gen_ai.response.id": info.request_id,
+            "gen_ai.response.finish_reasons": (reason.label,),
+            "gen_ai.usage.input_tokens": int(b.num_prompt[i]),
+            "gen_ai.usage.output_tokens": int(b.num_gen[i]),
+            "gen_ai.usage.cache_read.input_tokens": int(b.num_cached[i]),
+            "gen_ai.latency.e2e": (int(b.finish_recv[i]) - int(b.arrival[i])) * 1e-9,
+            "otel_llm.num_preemptions": int(b.npre[i]),
+        }
+        for key, value in (("gen_ai.request.max_tokens", info.max_tokens), ("gen_ai.request.temperature", info.temperature),
+                           ("gen_ai.request.top_p", info.top_p), ("gen_ai.request.top_k", info.top_k),
+                           ("gen_ai.request.seed", info.seed)):
+            if value is not None:
+                attrs[key] = value
+        if info.n != 1:
+            attrs["gen_ai.request.choice.count"] = info.n
+        if info.stream:
+            attrs["gen_ai.request.stream"] = True
+        if info.stop_sequences:
+            attrs["gen_ai.request.stop_sequences"] = tuple(info.stop_sequences)
+        if b.first_recv[i]:
+            attrs["gen_ai.latency.time_to_first_token"] = (int(b.first_recv[i]) - int(b.arrival[i])) * 1e-9
+        events = []
+        if valid:
+            attrs["gen_ai.latency.time_in_queue"] = (s - q) * 1e-9
+            attrs["gen_ai.latency.time_in_model_prefill"] = (f - s) * 1e-9
+            attrs["gen_ai.latency.time_in_model_decode"] = (last - f) * 1e-9
+            attrs["gen_ai.latency.time_in_model_inference"] = (last - s) * 1e-9
+            events.append(Event("first_token", {}, f + e_off))
+        events.extend(Event("preempted", {}, t + e_off) for t in b.preemption_ts[i])
+        if self.capture_content:
+            if info.input_messages is not None:
+                attrs["gen_ai.input.messages"] = info.input_messages
+            if b.outputs[i] is not None:  # one text per choice (n > 1 sequences)
+                attrs["gen_ai.output.messages"] = json.dumps(
+                    [{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": reason.label}
+                     for text in b.outputs[i]])
+        status = Status(StatusCode.UNSET)
+        if reason in (FinishReason.ABORT, FinishReason.ERROR):
+            attrs["error.type"] = reason.label
+            status = Status(StatusCode.ERROR, f"request finished with {reason.label}")
+        kind = SpanKind.INTERNAL if parent else SpanKind.SERVER
+        limits = self._limits
+        spans = [ReadableSpan(f"{op} {self.model_name}", ctx, parent, self._resource, limits.attributes(attrs),
+                              limits.events(events), (), kind, None, status, start, end, _SCOPE)]
+        if valid:
+            ids = self.provider.id_generator
+            child_attrs = limits.attributes({"gen_ai.operation.name": op})  # shared: spans are read-only
+            for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last)):
+                child = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
+                spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
+                                          SpanKind.INTERNAL, None, Status(StatusCode.UNSET), t0 + e_off, t1 + e_off,
+                                          _SCOPE))
+        for span in reversed(spans):  # children first, like live spans ending
+            self._processor.on_end(span)

@@ -1,0 +1,623 @@
+"""The frontend's columnar request table: steps in, intervals and aggregates out.
+
+Per-request state lives in slot-indexed numpy arrays. A request handle is
+`(generation << 32) | slot`; the engine echoes it back in every event, so a
+step is applied with a handful of vectorised operations and no per-token
+Python work. The capacity is a power of two, so `handle & (cap - 1)` is always
+a valid slot; a stale or unknown handle simply differs from the slot's live
+handle and is dropped, counted in
+`otel_llm.telemetry.dropped`.
+
+Steady decode is deferred: a request that produced one token in every output
+step since its state was last written is "in a run". Its ITLs all equal the
+step deltas, so a step records one ITL value with a count, and its `last`,
+`chunks` and Triton response stats are brought up to date only when it leaves
+the run (a step without it, finish) or at a checkpoint (statistics read, or
+every `_RUN_STEPS` steps). A step that lists exactly the previous step's
+requests costs one bytes compare. (A step listing the same request twice is
+counted once when detectable; that is an engine bug, never an exception.)
+
+Request-level work is folded in batches: a step checks its lifecycle events' handles and keeps
+the events, a first token only stamps its request's slot, and a finished request's handle stops
+being valid at once while its state stays in its slot, until `fold` applies the events and
+observes `fold_at` first tokens or finished requests together (a dozen histogram records cost
+about the same for one request or thirty) and frees the finished slots. The owner folds before
+every read (snapshot, Triton statistics), so a read never misses one; with a tracer, `fold_at` is
+1 and each request's spans are emitted at its finish.
+
+Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
+queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
+prefill = first token - SCHEDULED, decode = last token - first token,
+inference = last token - SCHEDULED, all on the engine's monotonic clock;
+TTFT and e2e = frontend receive time - frontend arrival time, on the
+frontend's monotonic clock. Preemptions inside a phase count toward it.
+
+Prompt accounting is vLLM 0.32's (`PrefillStats`, `PromptTokenStats`): the
+first SCHEDULED event's hits split the prompt (a reschedule after preemption
+does not change it) into local prefix-cache hits, KV-connector hits and
+computed tokens (hits are clamped to the prompt; a negative one reads 0); the
+split is counted by source at the request's first token, with its prompt tokens,
+and its computed part observed at finish (`prefill_kv_computed_tokens`).
+
+Thread-safety: single writer; the owner holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from otel_llm.canonical.aggregation import TRACE_COLUMNS
+from otel_llm.canonical.instruments import DIMENSIONS
+from otel_llm.canonical.metrics_state import MetricsState
+from otel_llm.engine.kv_residency import KVEvictions
+from otel_llm.engine.step import HEADER_SIZE as _HEADER_SIZE
+from otel_llm.engine.step import (
+    MAX_SPEC_POSITIONS,
+    EventKind,
+    FinishReason,
+    SchedulerSnapshot,
+    SpecDecodingStats,
+    StepRecord,
+)
+from otel_llm.frontend.request import RequestInfo
+
+_NUM_REASONS = len(FinishReason)
+# Plain ints: comparing a numpy array with an IntEnum member costs ~5x more than with an int.
+_QUEUED, _SCHEDULED, _PREEMPTED = int(EventKind.QUEUED), int(EventKind.SCHEDULED), int(EventKind.PREEMPTED)
+MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
+
+# Per-slot int64 columns: the rows of one [len(_INT_FIELDS), capacity] array (`_ints`), each
+# also an attribute (a view), so a finish gathers or clears all of them in one operation.
+# Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
+# num_cached / num_external: the first scheduling's local prefix-cache and KV-connector hits (tokens).
+# fin_*: a finished request's frontend receive ns, reason and max sequence tokens, until it is folded.
+_INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
+               "num_cached", "num_external", "max_tokens", "n", "npre", "chunks", "mat_seq",
+               "fin_recv", "fin_reason", "fin_max_seq")
+_EVENT_ROW = np.full(256, -1, np.int64)  # uint8 event kind -> its column's row in `_ints` (-1: none)
+_EVENT_ROW[_QUEUED], _EVENT_ROW[_SCHEDULED] = _INT_FIELDS.index("queued"), _INT_FIELDS.index("sched")
+# Rows of (prompt, local hits, external hits), as one [3, 1] index: `_ints[_SPLIT_ROWS, slots]` gathers them at once.
+_SPLIT_ROWS = np.array([[_INT_FIELDS.index(f)] for f in ("num_prompt", "num_cached", "num_external")])
+_RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
+_PENDING_EVENTS = 4096  # lifecycle events kept before they are applied (and applied at every fold)
+FOLD_BATCH = 32  # first tokens, and finished requests, folded into the aggregates at once (and before every read)
+
+
+@dataclass(frozen=True)
+class FinishedBatch:
+    """Requests finished in one step, columnar (copies; safe after the slots are reused)."""
+
+    infos: list[RequestInfo]
+    reason: np.ndarray  # uint8 FinishReason
+    arrival: np.ndarray  # frontend monotonic ns
+    finish_recv: np.ndarray  # frontend monotonic ns
+    queued: np.ndarray  # engine monotonic ns (0 = never seen)
+    sched: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    first_recv: np.ndarray  # frontend monotonic ns of the first token (0 = none)
+    num_prompt: np.ndarray
+    num_gen: np.ndarray
+    num_cached: np.ndarray  # local + external hits (vLLM's num_cached_tokens)
+    npre: np.ndarray
+    engine_valid: np.ndarray  # bool: engine timestamps complete and ordered
+    trace: np.ndarray  # [n, TRACE_COLUMNS] uint64 (see aggregation.TRACE_COLUMNS)
+    preemption_ts: list[list[int]]  # engine monotonic ns per request
+    outputs: list[list[str] | None]  # response text per choice, only when content capture is on
+
+
+class RequestTable:
+    """Slot-indexed per-request arrays plus the step-application logic."""
+
+    def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20,
+                 fold_batch: int = FOLD_BATCH):
+        """`fold_batch`: first tokens and finished requests are folded into the aggregates this many
+        at a time (`fold`; 1: at once, as a tracer needs to emit each request's spans at its finish)."""
+        if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
+            raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
+        self.metrics = metrics
+        # Triton response_stats: count and ns per response index; the last entry counts indices past the cap.
+        self.resp_count = np.zeros(MAX_RESPONSE_INDEX + 1, np.int64)
+        self.resp_ns = np.zeros(MAX_RESPONSE_INDEX + 1, np.float64)
+        # Runs: a request that output one token in each output step since its `mat_seq` is "in
+        # run"; its `last`/`chunks`/response stats are brought up to date only when it leaves the
+        # run (a step without it, finish) or at a checkpoint. So steady decode writes nothing per request.
+        self.seq = 0  # output steps so far
+        self._run_base = 0  # _step_delta[i] = ns from output step _run_base + i to the next one
+        self._step_delta = np.zeros(_RUN_STEPS, np.int64)
+        self.n_run = 0
+        self._prev_key: bytes | None = None  # output rids of the previous step, when all were valid
+        self.last_step_ts = 0
+        self.batch_sizes: dict[int, list[int]] = {}  # batch size -> [count, ns]
+        self.max_capacity = max_capacity
+        self.cap = 0
+        self.handle = np.zeros(0, np.int64)  # live handle per slot, 0 = free
+        self._next_gen = np.zeros(0, np.int64)
+        self.op = np.zeros(0, np.int64)
+        self.in_run = np.zeros(0, bool)
+        self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
+        self._ints = np.zeros((len(_INT_FIELDS), 0), np.int64)
+        self.infos: list[RequestInfo | None] = []
+        self.preemption_ts: list[list[int] | None] = []
+        self.outputs: list[list[str] | None] = []
+        self._free: list[int] = []
+        self.fold_at = fold_batch
+        self._retired: list[int] = []  # slots of finished requests not folded yet (see `fold`)
+        self._firsts: list[int] = []  # slots whose first token is not folded yet
+        self._pending_events: list[tuple] = []  # (slots, kind, ts, value, external) per step, not applied yet
+        self._num_events = 0
+        self.num_active = 0
+        self.live_hits = 0  # live requests with prefix-cache or KV-connector hits (none: their work is skipped)
+        self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
+        self._grow(capacity)
+
+    def _grow(self, new_cap: int) -> None:
+        def widen(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((new_cap,) + a.shape[1:], a.dtype)
+            out[: len(a)] = a
+            return out
+
+        for f in ("handle", "_next_gen", "op", "trace", "in_run"):
+            setattr(self, f, widen(getattr(self, f)))
+        ints = np.zeros((len(_INT_FIELDS), new_cap), np.int64)
+        ints[:, : self.cap] = self._ints
+        self._ints = ints
+        for i, f in enumerate(_INT_FIELDS):
+            setattr(self, f, ints[i])
+        self.infos.extend([None] * (new_cap - self.cap))
+        self.preemption_ts.extend([None] * (new_cap - self.cap))
+        self.outputs.extend([None] * (new_cap - self.cap))
+        self._free.extend(range(new_cap - 1, self.cap - 1, -1))
+        self.cap = new_cap
+
+    # -- frontend events -------------------------------------------------------------
+
+    def allocate(self, info: RequestInfo, op_index: int, arrival_ns: int, trace: tuple[int, int, int, int]) -> int:
+        """Register an arriving request; returns its handle, or -1 if the table is full."""
+        if not self._free:
+            if self.cap >= self.max_capacity:
+                self.dropped["table_full"] += 1
+                return -1
+            self._grow(min(self.cap * 2, self.max_capacity))
+        slot = self._free.pop()
+        g = int(self._next_gen[slot]) % 0x7FFFFFFF + 1
+        self._next_gen[slot] = g
+        handle = (g << 32) | slot
+        self.handle[slot] = handle
+        self.op[slot] = op_index
+        self.arrival[slot] = arrival_ns
+        self.num_prompt[slot] = info.prompt_tokens
+        self.max_tokens[slot] = -1 if info.max_tokens is None else info.max_tokens
+        self.n[slot] = info.n
+        self.trace[slot] = trace
+        self.infos[slot] = info
+        self.num_active += 1
+        return handle
+
+    def slot_of(self, handle: int) -> int | None:
+        """The slot of a live handle, or None (stale, unknown or malformed)."""
+        slot = handle & (self.cap - 1)
+        return slot if handle > 0 and self.handle[slot] == handle else None
+
+    def _slots(self, rids: np.ndarray, reason: str = "unknown_request") -> tuple[np.ndarray, np.ndarray | None]:
+        """Map handles to slots; returns (slots of valid handles, mask or None if all valid)."""
+        slot = rids & (self.cap - 1)  # capacity is a power of two: always in range
+        if self.handle[slot].tobytes() == rids.tobytes():  # all valid: one memcmp
+            return slot, None
+        ok = self.handle[slot] == rids
+        self.dropped[reason] += int((~ok).sum())
+        return slot[ok], ok
+
+    # -- engine steps ----------------------------------------------------------------
+
+    def apply(self, rec: StepRecord, now_ns: int) -> FinishedBatch | None:
+        """Apply one engine step received at frontend time `now_ns`."""
+        if len(rec.event_rid):
+            self._events(rec)
+        out_tokens = self._outputs(rec, now_ns) if len(rec.output_rid) else 0
+        self._step_tokens(rec.num_computed_prompt_tokens + out_tokens)
+        if rec.snapshot is not None:
+            self._snapshot(rec.snapshot)
+        if rec.spec_decoding is not None:
+            self._spec_decoding(rec.spec_decoding)
+        if rec.kv_evictions is not None:
+            self._kv_evictions(rec.kv_evictions)
+        return self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns) \
+            if len(rec.finished_rid) else None
+
+    def _events(self, rec: StepRecord) -> None:
+        """Lifecycle events: their handles are checked now, and they are kept until the next fold
+        (`_apply_events`; nothing reads queue, schedule or preemption times before it)."""
+        s, ok = self._slots(rec.event_rid)
+        kind, ts, val, ext = rec.event_kind, rec.event_ts_ns, rec.event_value, rec.event_external
+        if ext is not None and len(ext) != len(kind):
+            self.dropped["bad_value"] += 1
+            ext = None
+        if ok is not None:
+            kind, ts, val = kind[ok], ts[ok], val[ok]
+            ext = None if ext is None else ext[ok]
+        if len(s):
+            self._pending_events.append((s, kind, ts, val, ext))
+            self._num_events += len(s)
+            if self._num_events >= _PENDING_EVENTS:
+                self._apply_events()
+
+    def _apply_events(self) -> None:
+        """The events kept since the last fold, in order: QUEUED and SCHEDULED set their column once
+        (vLLM ignores reschedules), a first scheduling's hits split the prompt, preemptions count."""
+        parts, self._pending_events, self._num_events = self._pending_events, [], 0
+        if len(parts) == 1:
+            s, kind, ts, val, ext = parts[0]
+        else:
+            s, kind, ts, val = (np.concatenate(column) for column in list(zip(*parts))[:4])
+            ext = None if all(p[4] is None for p in parts) else np.concatenate(
+                [p[4] if p[4] is not None else np.zeros(len(p[0]), np.int64) for p in parts])
+        pre = kind == _PREEMPTED
+        if pre.any():
+            for slot, t in zip(s[pre].tolist(), ts[pre].tolist()):
+                self.npre[slot] += 1
+                if self.preemption_ts[slot] is None:
+                    self.preemption_ts[slot] = []
+                self.preemption_ts[slot].append(t)
+        rows = _EVENT_ROW[kind]
+        known = rows >= 0
+        self.dropped["bad_value"] += int(np.count_nonzero(~known & ~pre))  # no such event kind
+        i = np.flatnonzero(known)
+        key = s[i] * len(_INT_FIELDS) + rows[i]
+        if _repeats(key):  # the same event again: the first counts
+            i = i[np.unique(key, return_index=True)[1]]
+        i = i[self._ints[rows[i], s[i]] == 0]  # only the first QUEUED/SCHEDULED counts (vLLM: ignore reschedules)
+        s, kind, val = s[i], kind[i], val[i]
+        self._ints[rows[i], s] = ts[i]
+        if val.any() or ext is not None:  # a first scheduling's hits split the prompt
+            sched = kind == _SCHEDULED
+            self._prompt_split(s[sched], val[sched], None if ext is None else ext[i][sched])
+
+    def apply_steady(self, data: bytes, ts: int, num_computed_prompt_tokens: int) -> bool:
+        """The steady decode step: `data` (a step record, see `step.outputs_only_header`) whose body
+        is exactly the previous output step's rids, one token each. Costs one bytes compare and
+        two histogram updates whatever the batch size. False: not that; apply the full record."""
+        if self.n_run * 8 + _HEADER_SIZE != len(data) or not self._prev_key or not data.endswith(self._prev_key):
+            return False
+        self._advance(ts, self.n_run, self.n_run)
+        self._step_tokens(num_computed_prompt_tokens + self.n_run)
+        self.metrics.add("otel_llm.usage.generation_tokens", self.n_run)
+        return True
+
+    def _step_tokens(self, tokens: int) -> None:
+        if tokens > 0:
+            self.metrics.histograms["otel_llm.step.tokens"].record_repeated(tokens, 1)
+
+    def _outputs(self, rec: StepRecord, now_ns: int) -> int:
+        """The token path: a fixed, small number of vectorised operations plus work for the
+        requests whose run starts or ends (see `apply_steady` for the common case)."""
+        rids, ts = rec.output_rid, rec.step_ts_ns
+        s, ok = self._slots(rids)
+        total = len(s)
+        if not rec.outputs_all_one:  # spec decode, n > 1, or bad counts
+            n = rec.output_num_tokens if ok is None else rec.output_num_tokens[ok]
+            good = n > 0
+            if not good.all():
+                self.dropped["bad_value"] += int((~good).sum())
+                s, n, ok = s[good], n[good], good
+            total = int(n.sum())
+            self.extra_gen[s] += n - 1
+        cont = self.in_run[s]
+        k = int(np.count_nonzero(cont))
+        if k > self.n_run:  # the same request listed twice: count it once
+            s = np.unique(s)
+            cont = self.in_run[s]
+            k = int(np.count_nonzero(cont))
+        if k < self.n_run:  # some running requests produced nothing this step: their runs end
+            gone = self.in_run.copy()
+            gone[s] = False
+            gone = np.flatnonzero(gone)
+            self._materialise(gone)
+            self.in_run[gone] = False
+            self.n_run -= len(gone)
+        if not len(s):
+            return 0
+        self._advance(ts, k, len(s))
+        if k < len(s):
+            self._entrants(s[~cont] if k else s, ts, now_ns)
+        self._prev_key = rids.tobytes() if ok is None else None
+        self.metrics.add("otel_llm.usage.generation_tokens", total)
+        return total
+
+    def _advance(self, ts: int, continuing: int, batch_size: int) -> None:
+        """One output step: `continuing` requests in a run each get ITL = the step delta (deferred)."""
+        if continuing:
+            self.metrics.histograms["otel_llm.request.inter_token_latency"].record_repeated(
+                ts - self.last_step_ts, continuing)
+        entry = self.batch_sizes.get(batch_size)  # Triton batch_stats: per batch size, time since the previous step
+        if entry is None:
+            entry = self.batch_sizes[batch_size] = [0, 0]
+        entry[0] += 1
+        entry[1] += ts - self.last_step_ts if self.last_step_ts else 0
+        self._step_delta[self.seq - self._run_base] = ts - self.last_step_ts
+        self.seq += 1
+        self.last_step_ts = ts
+        if self.seq - self._run_base == _RUN_STEPS:
+            self.checkpoint()
+
+    def _entrants(self, e: np.ndarray, ts: int, now_ns: int) -> None:
+        """Requests outputting without having output in the previous step: first tokens (their
+        TTFT, prompt tokens and first response are folded later, see `fold`) and resumptions."""
+        if _repeats(e):
+            e = np.unique(e)  # the same request listed twice counts once
+        is_first = self.first[e] == 0
+        first = e if is_first.all() else e[is_first]
+        if len(first):
+            self.first[first] = ts
+            self.first_recv[first] = now_ns
+            self._firsts.extend(first.tolist())
+            if len(self._firsts) >= self.fold_at:
+                self._fold_pending()
+        if len(first) < len(e):
+            back = e[~is_first]
+            resp_ns = ts - self.last[back]
+            self.metrics.histograms["otel_llm.request.inter_token_latency"].record(resp_ns)
+            self._add_responses(self.chunks[back], resp_ns)
+        self.last[e] = ts
+        self.chunks[e] += 1
+        self.mat_seq[e] = self.seq
+        self.in_run[e] = True
+        self.n_run += len(e)
+
+    def _fold_pending(self) -> None:
+        """The events, then the first tokens, kept since the last fold."""
+        if self._pending_events:
+            self._apply_events()
+        if self._firsts:
+            self._fold_firsts()
+
+    def _fold_firsts(self) -> None:
+        """First tokens since the last fold: TTFT, prompt tokens by source, Triton's first response."""
+        f = np.array(self._firsts, np.int64)
+        self._firsts = []
+        self.metrics.histograms["gen_ai.server.time_to_first_token"].record(
+            self.first_recv[f] - self.arrival[f], self.op[f], self.trace[f])
+        self._prompt_sources(f)
+        sched = self.sched[f]
+        self._add_responses(np.zeros(len(f), np.int64), np.where(sched > 0, self.first[f] - sched, 0))
+
+    def _prompt_split(self, s: np.ndarray, local: np.ndarray, external: np.ndarray | None) -> None:
+        """The first scheduling's hits of requests `s`, clamped to their prompt (negative: 0)."""
+        prompt = self.num_prompt[s]
+        local = np.minimum(np.maximum(local, 0), prompt)
+        self.num_cached[s] = local
+        if external is not None:
+            external = np.minimum(np.maximum(external, 0), prompt - local)
+            self.num_external[s] = external
+            local = local + external
+        self.live_hits += int(np.count_nonzero(local))
+
+    def _prompt_sources(self, s: np.ndarray) -> None:
+        """Prompt tokens of requests at their first token, in all and by source (vLLM's PromptTokenStats)."""
+        if self.live_hits:  # prompt, local hits, external hits: one gather ([3, n]), one sum
+            total, local_hits, external_hits = self._ints[_SPLIT_ROWS, s].sum(axis=1).tolist()
+        else:
+            total, local_hits, external_hits = int(self.num_prompt[s].sum()), 0, 0
+        m = self.metrics
+        m.add("otel_llm.usage.prompt_tokens", total)
+        by_source = m.counters["otel_llm.usage.prompt_tokens_by_source"]
+        by_source[0] += total - local_hits - external_hits
+        if local_hits or external_hits:
+            by_source[1] += local_hits
+            by_source[2] += external_hits
+            m.add("otel_llm.usage.prompt_tokens_cached", local_hits + external_hits)
+
+    def _add_responses(self, index: np.ndarray, ns: np.ndarray) -> None:
+        """Triton response_stats: count and ns per response index; indices past the cap are dropped."""
+        cap, counts, total = MAX_RESPONSE_INDEX, self.resp_count, self.resp_ns
+        if len(index) > 16:
+            index = np.minimum(index, cap)
+            counts += np.bincount(index, minlength=cap + 1)
+            total += np.bincount(index, weights=ns, minlength=cap + 1)
+            return
+        for i, v in zip(index.tolist(), ns.tolist()):  # a few requests: scalar updates are cheaper
+            i = min(i, cap)
+            counts[i] += 1
+            total[i] += v
+
+    def _materialise(self, slots: np.ndarray) -> None:
+        """Bring `last`, `chunks` and response stats of requests in a run up to the latest step.
+
+        A request in a run output one token in every output step after its `mat_seq`; those
+        steps' durations are in `_step_delta` (from `_run_base` on; `checkpoint` restarts it)."""
+        deltas, cap, counts, ns = self._step_delta, MAX_RESPONSE_INDEX, self.resp_count, self.resp_ns
+        in_run, chunks, mat_seq, last = self.in_run, self.chunks, self.mat_seq, self.last
+        steps = self.seq - self._run_base
+        for slot in slots.tolist():  # scalar work per request: a few requests, or a checkpoint
+            if not in_run[slot]:
+                continue
+            since = int(mat_seq[slot]) - self._run_base
+            c, k = int(chunks[slot]), steps - since  # deferred outputs: indices c .. c+k-1
+            end = min(c + k, cap)
+            if end > c:
+                counts[c:end] += 1
+                ns[c:end] += deltas[since: since + end - c]
+            counts[cap] += c + k - max(end, c)  # past the cap
+            chunks[slot] = c + k
+            last[slot] = self.last_step_ts
+            mat_seq[slot] = self.seq
+
+    def checkpoint(self) -> None:
+        """Materialise every running request and restart the run timeline (before reading
+        response stats, and before `_step_delta` fills up)."""
+        self._materialise(np.flatnonzero(self.in_run))
+        self._run_base = self.seq
+
+    def _snapshot(self, snap: SchedulerSnapshot) -> None:
+        m = self.metrics
+        if not (0.0 <= snap.kv_usage <= 1.0) or min(snap.running, snap.waiting, snap.prefix_queries,
+                                                      snap.prefix_hits, snap.preemptions, snap.waiting_deferred,
+                                                      snap.external_prefix_queries, snap.external_prefix_hits) < 0 \
+                or snap.waiting_deferred > snap.waiting:
+            self.dropped["bad_value"] += 1  # also catches NaN kv_usage
+            return
+        m.gauges["otel_llm.scheduler.running"] = snap.running
+        m.gauges["otel_llm.scheduler.waiting"] = snap.waiting
+        m.gauges["otel_llm.scheduler.waiting_by_reason"] = np.array(
+            (snap.waiting - snap.waiting_deferred, snap.waiting_deferred), np.float64)
+        m.gauges["otel_llm.kv_cache.usage"] = snap.kv_usage
+        m.add("otel_llm.prefix_cache.queries", snap.prefix_queries)
+        m.add("otel_llm.prefix_cache.hits", snap.prefix_hits)
+        m.add("otel_llm.scheduler.preemptions", snap.preemptions)
+        if snap.external_prefix_queries or snap.external_prefix_hits:
+            m.add("otel_llm.external_prefix_cache.queries", snap.external_prefix_queries)
+            m.add("otel_llm.external_prefix_cache.hits", snap.external_prefix_hits)
+
+    def _spec_decoding(self, sd: SpecDecodingStats) -> None:
+        """A step's speculative decoding; positions past MAX_SPEC_POSITIONS (or negative numbers) drop
+        the step's per-position part (counted), the totals still count unless they are negative."""
+        pos = np.asarray(sd.accepted_per_pos, np.int64)
+        if min(sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens) < 0:
+            self.dropped["bad_value"] += 1
+            return
+        m = self.metrics
+        m.add("otel_llm.spec_decode.drafts", sd.num_drafts)
+        m.add("otel_llm.spec_decode.draft_tokens", sd.num_draft_tokens)
+        m.add("otel_llm.spec_decode.accepted_tokens", sd.num_accepted_tokens)
+        if len(pos) > MAX_SPEC_POSITIONS or (len(pos) and pos.min() < 0):
+            self.dropped["bad_value"] += 1
+        elif len(pos):
+            m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"][: len(pos)] += pos
+
+    def _kv_evictions(self, kv: KVEvictions) -> None:
+        """Sampled KV block evictions (ns); a step with a negative time is dropped (counted)."""
+        arrays = list(zip(("otel_llm.kv_block.lifetime", "otel_llm.kv_block.idle_before_evict",
+                           "otel_llm.kv_block.reuse_gap"), kv))
+        if any(len(a) and a.min() < 0 for _, a in arrays):
+            self.dropped["bad_value"] += 1
+            return
+        for name, a in arrays:
+            if len(a):
+                self.metrics.histograms[name].fold(a.astype(np.float64))
+
+    def engine_gone(self) -> None:
+        gauges = self.metrics.gauges
+        gauges["otel_llm.scheduler.running"] = gauges["otel_llm.scheduler.waiting"] = 0
+        gauges["otel_llm.kv_cache.usage"] = 0.0
+        if gauges["otel_llm.scheduler.waiting_by_reason"] is not None:
+            gauges["otel_llm.scheduler.waiting_by_reason"] = np.zeros(2)
+
+    def finish_from_frontend(self, handle: int, reason: FinishReason, now_ns: int) -> FinishedBatch | None:
+        """Finish a request the engine will never report (engine died, rejected before it)."""
+        rid = np.array([handle], np.int64)
+        return self._finish(rid, np.array([reason], np.uint8), np.zeros(1, np.int32), now_ns)
+
+    def _finish(self, rids: np.ndarray, reasons: np.ndarray, max_seq: np.ndarray, now_ns: int) -> FinishedBatch | None:
+        """Requests finished (frontend receive time `now_ns`): their handles stop being valid
+        now and their state is kept until they are folded (`fold`), `fold_at` at a time."""
+        s, ok = self._slots(rids)
+        if ok is not None:
+            reasons, max_seq = reasons[ok], max_seq[ok]
+        if _repeats(s):  # the same request finished twice in one step
+            s, first_idx = np.unique(s, return_index=True)
+            self.dropped["out_of_order"] += len(reasons) - len(s)
+            reasons, max_seq = reasons[first_idx], max_seq[first_idx]
+        bad = reasons >= _NUM_REASONS
+        if bad.any():
+            self.dropped["bad_value"] += int(bad.sum())
+            reasons = np.where(bad, FinishReason.ERROR, reasons).astype(np.uint8)
+        if not len(s):
+            return None
+        self._materialise(s)
+        self.n_run -= int(np.count_nonzero(self.in_run[s]))
+        self.in_run[s] = False
+        self.handle[s] = 0
+        self.fin_recv[s] = now_ns
+        self.fin_reason[s] = reasons
+        self.fin_max_seq[s] = max_seq
+        self.num_active -= len(s)
+        self._retired.extend(s.tolist())
+        return self.fold() if len(self._retired) >= self.fold_at else None
+
+    @property
+    def num_unfolded(self) -> int:
+        """Finished requests not folded into the aggregates yet."""
+        return len(self._retired)
+
+    def fold(self) -> FinishedBatch | None:
+        """Fold what is kept into the aggregates, in order (events, first tokens, then finished
+        requests: a request may have all three) and free the finished requests' slots; returns
+        those (for Triton statistics and spans), or None if there were none. Called every `fold_at`
+        first tokens or finishes, and by the owner before it reads the aggregates: a batch costs
+        about what one costs, and a read never misses one."""
+        self._fold_pending()
+        if not self._retired:
+            return None
+        s = np.array(self._retired, np.int64)
+        self._retired = []
+        m, h = self.metrics, self.metrics.histograms
+        op, trace = self.op[s], self.trace[s]
+        col = dict(zip(_INT_FIELDS, self._ints[:, s]))  # one gather; copies, safe after release
+        q, sc, f, last, arrival = col["queued"], col["sched"], col["first"], col["last"], col["arrival"]
+        num_gen, num_prompt = col["chunks"] + col["extra_gen"], col["num_prompt"]
+        reasons, max_seq, now_ns = col["fin_reason"].astype(np.uint8), col["fin_max_seq"], col["fin_recv"]
+        series_reason = op * _NUM_REASONS + reasons
+        m.add_many("otel_llm.request.finished", series_reason)
+        h["gen_ai.server.request.duration"].record(now_ns - arrival, series_reason, trace)
+        prompt = num_prompt.astype(np.float64)
+        h["otel_llm.request.prompt_tokens"].record(prompt, op, trace)
+        h["otel_llm.request.generation_tokens"].record(num_gen.astype(np.float64), op, trace)
+        h["otel_llm.request.max_generation_tokens"].record(
+            np.where(max_seq > 0, max_seq, num_gen).astype(np.float64), op)
+        h["otel_llm.request.params.n"].record(col["n"].astype(np.float64), op)
+        mt = col["max_tokens"]
+        has_mt = mt >= 0
+        h["otel_llm.request.params.max_tokens"].record(mt[has_mt].astype(np.float64), op[has_mt])
+        h["otel_llm.request.preemptions"].record(col["npre"].astype(np.float64), op)
+        if self.live_hits:
+            cached = col["num_cached"] + col["num_external"]  # clamped to the prompt when scheduled
+            self.live_hits -= int(np.count_nonzero(cached))
+            h["otel_llm.request.prefill_kv_computed_tokens"].record(prompt - cached, op)
+        else:
+            cached = col["num_cached"]  # all 0
+            h["otel_llm.request.prefill_kv_computed_tokens"].record(prompt, op)
+        # Engine intervals: only for requests whose engine timestamps are complete and ordered.
+        has_tokens = f > 0
+        valid = has_tokens & (q > 0) & (sc >= q) & (f >= sc) & (last >= f)
+        inconsistent = has_tokens & ~valid
+        if inconsistent.any():
+            self.dropped["out_of_order"] += int(inconsistent.sum())
+        if valid.any():
+            v_op, v_tr = op[valid], trace[valid]
+            qv, sv, fv, lv = q[valid], sc[valid], f[valid], last[valid]
+            h["otel_llm.request.queue.duration"].record(sv - qv, v_op, v_tr)
+            h["otel_llm.request.prefill.duration"].record(fv - sv, v_op, v_tr)
+            h["otel_llm.request.decode.duration"].record(lv - fv, v_op, v_tr)
+            h["otel_llm.request.inference.duration"].record(lv - sv, v_op, v_tr)
+            g = num_gen[valid]
+            tpot = np.where(g > 1, (lv - fv) / np.maximum(g - 1, 1), 0.0)
+            h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
+        slots = s.tolist()
+        batch = FinishedBatch(
+            [self.infos[i] for i in slots], reasons, arrival, now_ns, q, sc, f, last, col["first_recv"],
+            num_prompt, num_gen, cached, col["npre"], valid, trace,
+            [self.preemption_ts[i] or [] for i in slots], [self.outputs[i] for i in slots],
+        )
+        self._release(s, slots)
+        return batch
+
+    def _release(self, s: np.ndarray, slots: list[int]) -> None:
+        self._ints[:, s] = 0
+        self.trace[s] = 0
+        for i in slots:
+            self.infos[i] = None
+            self.preemption_ts[i] = None
+            self.outputs[i] = None
+        self._free.extend(slots)
+
+
+def _repeats(a: np.ndarray) -> bool:
+    """Whether a slot occurs twice in `a` (a set of a step's few slots: ~20x cheaper than np.unique)."""
+    return len(a) > 1 and len(set(a.tolist())) < len(a)
+
+
+def operation_index(name: str) -> int:
+    ops = DIMENSIONS["gen_ai.operation.name"]
+    return ops.index(name) if name in ops else len(ops) - 1

@@ -1,0 +1,369 @@
+"""otel-llm inside vLLM: the stat-logger plugin `vllm serve` loads by entry point.
+
+Installing otel-llm into vLLM's environment registers `StatLogger` under the
+entry-point group `vllm.stat_logger_plugins`; vLLM constructs it in every
+API-server process and calls `record(...)` once per engine step on that
+process's event loop. The only module of otel_llm that imports vLLM.
+
+Configuration is by environment only (vLLM has no flags for plugins); a bad
+value stops vLLM at start-up with a message naming the variable:
+
+- `OTEL_LLM_VLLM_METRICS`: `add` (default): vLLM's own Prometheus logger stays
+  and ours pushes OTLP alongside; `replace`: ours subclasses vLLM's
+  `PrometheusStatLogger`, so vLLM installs no second one, and serves every
+  `vllm:*` family vLLM would (vLLM's own `__init__` declares them on
+  otel_llm's `prom_families` classes) from otel_llm's vectorised aggregation.
+- `OTEL_METRICS_EXPORTER`: `otlp` (default) or `none`; `OTEL_EXPORTER_OTLP_*`
+  (endpoint, protocol grpc or http/protobuf, headers, timeout),
+  `OTEL_METRIC_EXPORT_INTERVAL` (ms, default 60000),
+  `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` (cumulative, delta,
+  lowmemory), `OTEL_SERVICE_NAME` (default `vllm`), `OTEL_RESOURCE_ATTRIBUTES`.
+
+Every point carries the model name and engine index; the resource carries a
+`service.instance.id` unique to the process and `vllm.api_server.rank`. With
+`--api-server-count N` each API-server process pushes what it saw (the
+requests it served; the scheduler counters of the steps whose stats vLLM
+sent it): a collector's sums are exact. vLLM sends each step's
+`SchedulerStats` to one API server only, so the scheduler gauges (running,
+waiting, KV-cache usage) are exported by rank 0 alone.
+
+`record` never raises into vLLM (an exception there kills vLLM's output
+handler): failures are logged once and counted (`otel_llm.telemetry.dropped`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+
+from vllm.distributed.ec_transfer.ec_connector.metrics import ECConnectorProm
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorProm
+from vllm.v1.metrics.loggers import AggregateStatLoggerBase, PrometheusStatLogger
+from vllm.v1.metrics.perf import PerfMetricsProm
+from vllm.v1.spec_decode.metrics import SpecDecodingProm
+
+from otel_llm.canonical.instruments import Kind
+from otel_llm.export.exposition import series_groups
+from otel_llm.export.metric_producer import TEMPORALITIES, attach_reader
+from otel_llm.export.prom_families import FamilySet, shim_classes
+from otel_llm.shim.profiles import get_profile
+from otel_llm.vllm.stats import VllmStatsAggregator
+
+logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
+
+MODE_VAR = "OTEL_LLM_VLLM_METRICS"
+MODES = ("add", "replace")
+_SHUTDOWN_S = 3.0  # the most vLLM's exit waits for a last OTLP export
+
+
+def _env_choice(var: str, choices: tuple[str, ...], default: str) -> str:
+    value = os.environ.get(var, "").strip().lower() or default
+    if value not in choices:
+        raise ValueError(f"otel-llm: {var}={os.environ[var]!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _env_positive_number(var: str) -> None:
+    raw = os.environ.get(var)
+    if raw is None or not raw.strip():
+        return
+    try:
+        ok = float(raw) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"otel-llm: {var}={raw!r} must be a positive number of milliseconds")
+
+
+class _OtelSide:
+    """What both modes share: the aggregator and the OTLP push of one API-server process."""
+
+    def __init__(self, vllm_config, engine_indexes, extra_buckets=None, vllm_families=False):
+        """`vllm_families`: also aggregate what only vLLM's own families show (we serve them)."""
+        self.mode = _env_choice(MODE_VAR, MODES, "add")
+        exporter = _env_choice("OTEL_METRICS_EXPORTER", ("otlp", "none"), "otlp")
+        temporality = _env_choice("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", TEMPORALITIES, "cumulative")
+        _env_choice("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", ("grpc", "http/protobuf"),
+                    _env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", ("grpc", "http/protobuf"), "http/protobuf"))
+        for var in ("OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT"):
+            _env_positive_number(var)
+        model = vllm_config.model_config
+        parallel = vllm_config.parallel_config
+        self.rank = getattr(parallel, "_api_process_rank", 0)
+        self.api_servers = getattr(parallel, "_api_process_count", 1)
+        self.agg = VllmStatsAggregator(str(model.served_model_name), model.max_model_len, engine_indexes or [0],
+                                       extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
+                                       vllm_families=vllm_families,
+                                       kv_cache_metrics=bool(getattr(vllm_config.observability_config,
+                                                                     "kv_cache_metrics", False)))
+        self.reader = None
+        if exporter == "otlp":
+            self._start_push(temporality)
+
+    def _start_push(self, temporality: str) -> None:
+        from opentelemetry.sdk.resources import Resource
+
+        from otel_llm.export.otlp_metrics import otlp_metric_reader, service_resource
+
+        resource = service_resource("vllm").merge(Resource({"vllm.api_server.rank": self.rank}))
+        self.instance_id = resource.attributes["service.instance.id"]
+        self.reader = otlp_metric_reader(None)
+        attach_reader(self.reader, self.agg.engines.values(), resource, temporality)
+        self.temporality = temporality
+        atexit.register(self.shutdown)
+
+    def started(self) -> str:
+        where = ("OTLP push off (OTEL_METRICS_EXPORTER=none)" if self.reader is None else
+                 f"OTLP push ({self.temporality}) as service.instance.id="
+                 f"{self.instance_id}")
+        return (f"otel-llm stat logger ({self.mode} mode, API server {self.rank} of {self.api_servers}): "
+                f"{where}")
+
+    def shutdown(self) -> None:
+        """Flush and stop the push, waiting at most _SHUTDOWN_S (a down or hung endpoint never holds vLLM)."""
+        reader, self.reader = self.reader, None
+        if reader is None:
+            return
+        self.agg.flush()
+        t = threading.Thread(target=reader.shutdown, kwargs={"timeout_millis": _SHUTDOWN_S * 1000},
+                             name="otel-llm-shutdown", daemon=True)
+        t.start()
+        t.join(_SHUTDOWN_S)
+
+
+class OtelLLMStatLogger(AggregateStatLoggerBase):
+    """`add` mode: vLLM keeps its Prometheus logger; this one pushes OTLP alongside."""
+
+    def __init__(self, vllm_config, engine_indexes=None):
+        self._otel = _OtelSide(vllm_config, engine_indexes)
+        self.record = self._otel.agg.record  # the event-loop path: one deque append per step
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        self._otel.agg.record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
+
+    def log(self):  # every 10 s: fold queued steps off the token path
+        self._otel.agg.flush()
+
+    def log_engine_initialized(self):
+        logger.info("%s", self._otel.started())
+
+    def record_admission_rejection(self, reason: str) -> None:
+        self._otel.agg.reject(reason)  # pushed; vLLM's own logger serves vllm:admission_rejections
+
+
+class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
+    """`replace` mode: vLLM's `vllm:*` families, values from otel_llm's aggregation, plus the OTLP push."""
+
+    def __init__(self, vllm_config, engine_indexes=None):
+        self.families = FamilySet()
+        self.multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ  # --api-server-count > 1
+        if not self.multiprocess:
+            self._declare_on_shims()
+        super().__init__(vllm_config, engine_indexes)
+        buckets = {} if self.multiprocess else self._custom_buckets()
+        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets, vllm_families=not self.multiprocess)
+        if self.multiprocess:
+            logger.warning("otel-llm: %s=replace needs one API server; with several, vLLM's multiprocess "
+                           "Prometheus path is kept and otel-llm pushes OTLP alongside", MODE_VAR)
+            return
+        self._otel.agg.on_steps = self._rare_steps
+        self._install_sources()
+        install_fast_metrics(self)
+        self.record = self._otel.agg.record
+
+    def _declare_on_shims(self) -> None:
+        C, G, H = shim_classes(self.families)
+        self._counter_cls, self._gauge_cls, self._histogram_cls = C, G, H
+        self._spec_decoding_cls = type("SpecDecodingProm", (SpecDecodingProm,), {"_counter_cls": C})
+        self._perf_metrics_cls = type("PerfMetricsProm", (PerfMetricsProm,), {"_counter_cls": C})
+        shims = {"_counter_cls": C, "_gauge_cls": G, "_histogram_cls": H}
+        self._kv_connector_cls = type("KVConnectorProm", (KVConnectorProm,), shims)
+        self._ec_connector_cls = type("ECConnectorProm", (ECConnectorProm,), shims)
+
+    # -- vLLM's interface ---------------------------------------------------------------------
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        if self.multiprocess:
+            super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
+        self._otel.agg.record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
+
+    def log(self):
+        self._otel.agg.flush()
+
+    def log_engine_initialized(self):
+        try:
+            super().log_engine_initialized()  # vllm:cache_config_info, declared on the shims
+        except Exception:
+            logger.exception("otel-llm: cache_config_info not declared")
+        logger.info("%s", self._otel.started())
+
+    def record_admission_rejection(self, reason: str) -> None:
+        try:
+            super().record_admission_rejection(reason)  # vLLM's own (its KeyError on an unknown reason is counted)
+            self._otel.agg.reject(reason)  # the value served and pushed
+        except Exception:
+            self._otel.agg._failed("record_admission_rejection")
+
+    def record_sleep_state(self, sleep: int = 0, level: int = 0):
+        try:
+            super().record_sleep_state(sleep, level)
+        except Exception:
+            self._otel.agg._failed("record_sleep_state")
+
+    # -- the families' values -----------------------------------------------------------------
+
+    def _custom_buckets(self) -> dict[str, tuple[float, ...]]:
+        """Canonical histogram -> the boundaries vLLM declared for its family (custom buckets included)."""
+        out = {}
+        for fam in get_profile("vllm").families:
+            declared = self.families.families.get(fam.name)
+            if declared is not None and declared.buckets:
+                out[fam.canonical] = declared.buckets
+        return out
+
+    def _install_sources(self) -> None:
+        agg, fams = self._otel.agg, self.families.families
+        for pfam in get_profile("vllm").families:
+            fam = fams.get(pfam.name)
+            inst = agg.table.get(pfam.canonical)
+            if fam is None or inst is None or pfam.canonical == "otel_llm.cache_config.info":
+                continue
+            fam.source = _canonical_source(fam, pfam, inst, agg)
+        extras = {
+            "vllm:prompt_tokens_cached_by_source": lambda x, lab: x.cached_by_source.get(lab["source"], 0.0),
+            "vllm:mm_cache_queries": lambda x, lab: x.mm_queries,
+            "vllm:mm_cache_hits": lambda x, lab: x.mm_hits,
+        }
+        for name, get in extras.items():
+            fam = fams.get(name)
+            if fam is not None:
+                fam.source = _extras_source(fam, agg, get)
+
+    def render(self) -> bytes:
+        """This logger's `vllm:*` families in text format 0.0.4 (prometheus_client's bytes)."""
+        with self._otel.agg.settled():
+            return self.families.render()
+
+    def describe(self):  # registers no names: vLLM re-creating its logger never collides with this one
+        return []
+
+    def collect(self):
+        """prometheus_client Collector protocol (the OpenMetrics route `/metrics/`, other registries)."""
+        with self._otel.agg.settled():
+            return list(self.families.collect())
+
+    def _rare_steps(self, engine_idx: int, steps: list) -> None:
+        """Per step, what only some configurations have (spec decode, KV connectors, MFU, KV-block
+        residency, LoRA, KV fetch stages, NaN and watermark counts): vLLM's own code, on the shims."""
+        always = bool(self.gauge_kv_fetch_by_stage) or self.gauge_lora_info is not None \
+            or self.kv_cache_metrics_enabled
+        corrupted = getattr(self, "counter_corrupted_requests", None)  # declared only with those options
+        watermark = getattr(self, "counter_watermark_requests", None)
+        for _, sched, it, _ in steps:
+            if sched is not None and (always or sched.spec_decoding_stats is not None
+                                      or sched.kv_connector_stats is not None
+                                      or sched.ec_connector_stats is not None or sched.perf_stats is not None):
+                PrometheusStatLogger.record(self, sched, None, None, engine_idx)
+            if it is not None:
+                if corrupted is not None:
+                    corrupted[engine_idx].inc(it.num_corrupted_reqs)
+                if watermark is not None:
+                    watermark["watermarked"][engine_idx].inc(it.num_watermarked_reqs)
+                    watermark["skipped"][engine_idx].inc(it.num_watermark_skipped_reqs)
+                    watermark["not_watermarked"][engine_idx].inc(it.num_not_watermarked_reqs)
+
+
+def _engine(fam, agg, child):
+    """The engine state a child's `engine` label names (None before that engine's first step)."""
+    return agg.engines.get(int(fam.label_dict(child).get("engine", 0)))
+
+
+def _canonical_source(fam, pfam, inst, agg):
+    """A family's values from a canonical instrument's per-engine state (re-bucketed exactly).
+    `pfam`: the `vllm` profile's entry, which says which dims are labels (as on our own /metrics)."""
+    import numpy as np
+
+    groups = dict(series_groups(inst, pfam))  # label pairs -> the series they sum
+    labels = [pfam.labels[d][0] for d in inst.dims if d in pfam.labels]
+    chosen: dict[tuple[str, ...], int | np.ndarray] = {}
+
+    def series(child) -> int | np.ndarray:
+        """The instrument's series this child shows (summed when the family drops a dimension)."""
+        s = chosen.get(child.labelvalues)
+        if s is None:
+            lab = fam.label_dict(child)
+            s = groups.get(tuple((name, lab.get(name, "")) for name in labels), np.zeros(0, np.int64))
+            s = chosen[child.labelvalues] = int(s[0]) if len(s) == 1 else s
+        return s
+
+    if inst.kind is Kind.HISTOGRAM:
+        fine = np.asarray(inst.buckets, np.float64)
+        pos = np.searchsorted(fine, np.asarray(fam.buckets, np.float64)).tolist() + [len(fine)]
+
+        def hist(child):
+            e = _engine(fam, agg, child)
+            if e is None:
+                return [0] * len(pos), 0.0
+            h, s = e.metrics.histograms[inst.name], series(child)
+            counts = h.counts[s] if type(s) is int else h.counts[s].sum(axis=0)
+            return np.cumsum(counts)[pos].tolist(), float(h.sums[s].sum())
+        return hist
+    if inst.kind is Kind.COUNTER:
+        def counter(child):
+            e = _engine(fam, agg, child)
+            return 0.0 if e is None else float(e.metrics.counters[inst.name][series(child)].sum())
+        return counter
+
+    def gauge(child):
+        e = _engine(fam, agg, child)
+        v = None if e is None else e.metrics.gauges.get(inst.name)
+        return 0.0 if v is None else float(v[series(child)].sum()) if inst.dims else float(v)
+    return gauge
+
+
+def _extras_source(fam, agg, get):
+    def value(child):
+        e = _engine(fam, agg, child)
+        return 0.0 if e is None else float(get(e.extras, fam.label_dict(child)))
+    return value
+
+
+
+def install_fast_metrics(stat_logger: OtelLLMPrometheusStatLogger) -> None:
+    """Serve `stat_logger`'s families on vLLM's `/metrics` from its own renderer.
+
+    vLLM's `/metrics` handler (prometheus-fastapi-instrumentator) calls
+    `generate_latest(REGISTRY)`. The logger is registered with REGISTRY as a
+    collector (so every other reader sees it); the handler's `generate_latest`
+    is wrapped so that REGISTRY renders as everything else through
+    prometheus_client plus this logger's cached-prefix render.
+    """
+    from prometheus_client import REGISTRY, exposition
+
+    REGISTRY.register(stat_logger)
+    try:
+        from prometheus_fastapi_instrumentator import instrumentation
+    except ImportError:
+        return
+    original = exposition.generate_latest
+
+    class Others:
+        def collect(self):
+            for collector in list(getattr(REGISTRY, "_collector_to_names", {})):
+                if collector is not stat_logger:
+                    yield from collector.collect()
+
+    def generate_latest(registry=REGISTRY, *args, **kwargs):
+        if registry is REGISTRY and not args and not kwargs and hasattr(REGISTRY, "_collector_to_names"):
+            return original(Others()) + stat_logger.render()
+        return original(registry, *args, **kwargs)
+
+    instrumentation.generate_latest = generate_latest
+
+
+# The class vLLM loads: chosen by OTEL_LLM_VLLM_METRICS when the entry point is imported (a bad
+# value is reported by the constructor, so vLLM stops at start-up naming the variable).
+StatLogger = OtelLLMPrometheusStatLogger if os.environ.get(MODE_VAR, "").strip().lower() == "replace" \
+    else OtelLLMStatLogger

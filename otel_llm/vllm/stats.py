@@ -1,0 +1,335 @@
+"""vLLM's per-step stats objects folded into otel_llm's vectorised aggregation (vLLM not imported).
+
+vLLM hands a stat logger, once per engine step on its API server's event loop,
+a `SchedulerStats` and an `IterationStats` (per-step lists of TTFTs and ITLs,
+`FinishedRequestStats` with durations). `record` only queues the objects
+(one deque append: vLLM builds new ones every step and never touches them
+again); `flush` folds every queued step into per-engine `MetricsState`s with a
+handful of numpy operations per histogram, whatever the number of steps,
+tokens or finished requests. So a token costs a share of one `np.array` and
+one `searchsorted`, and a step that finishes one request does not pay a
+dozen per-request histogram calls. The queue is bounded: `record` flushes
+itself every `flush_every` steps.
+
+Values follow vLLM's `PrometheusStatLogger.record` exactly (what it observes,
+and when); the canonical instruments (`instruments.py`) carry them, with
+`gen_ai.operation.name="_OTHER"` (vLLM's stats do not say chat or
+completion): also the waiting requests by reason, prompt tokens by source,
+the KV connector's prefix cache and speculative decoding, so OTLP has them.
+Families vLLM serves that have no canonical instrument (`Extras`: cached
+tokens by cache tier, the multimodal cache) are kept per engine beside them.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+
+from otel_llm.canonical.aggregation import HistogramState
+from otel_llm.canonical.instruments import DIMENSIONS, OPERATIONS, Instrument, instrument_table, request_series
+from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
+from otel_llm.engine.step import MAX_SPEC_POSITIONS, FinishReason
+from otel_llm.frontend.config import TelemetryConfig
+
+logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
+
+OP_OTHER = request_series(len(OPERATIONS) - 1, False)  # "_OTHER", not known to stream
+NUM_REASONS = len(FinishReason)
+# FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
+_FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time", "decode_time",
+                    "num_preemptions", "num_prompt_tokens", "num_generation_tokens", "mean_time_per_output_token",
+                    "max_tokens_param", "num_cached_tokens")
+_FINISHED = attrgetter(*_FINISHED_FIELDS)
+# IterationStats / PromptTokenStats fields read once per step.
+_ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_token_stats",
+                        "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
+                        "inter_token_latencies_iter", "finished_requests")
+_PROMPT = attrgetter("total", "computed", "local_cache_hit", "external_kv_transfer", "cached_tokens")
+_SPEC = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
+_COLUMN = {name: i for i, name in enumerate(_FINISHED_FIELDS)}
+# canonical histogram <- its FinishedRequestStats column
+_PER_REQUEST = tuple((inst, _COLUMN[f]) for inst, f in (
+    ("gen_ai.server.request.duration", "e2e_latency"), ("otel_llm.request.queue.duration", "queued_time"),
+    ("otel_llm.request.prefill.duration", "prefill_time"), ("otel_llm.request.inference.duration", "inference_time"),
+    ("otel_llm.request.decode.duration", "decode_time"), ("otel_llm.request.preemptions", "num_preemptions"),
+    ("otel_llm.request.prompt_tokens", "num_prompt_tokens"),
+    ("otel_llm.request.generation_tokens", "num_generation_tokens"),
+    ("gen_ai.server.time_per_output_token", "mean_time_per_output_token")))
+
+
+@dataclass
+class Extras:
+    """Per-engine values of vLLM families that have no canonical instrument."""
+
+    cached_by_source: dict[str, float] = field(default_factory=dict)  # CacheHitSource value -> tokens
+    mm_queries: float = 0.0
+    mm_hits: float = 0.0
+
+
+class EngineStats:
+    """One engine index's aggregates; duck-types what `bridge.to_metrics` reads from a Telemetry."""
+
+    enabled = True
+    cache_config: tuple[tuple[str, str], ...] = ()
+
+    def __init__(self, config: TelemetryConfig, table: dict[str, Instrument], lock: threading.Lock,
+                 flush) -> None:
+        self.config = config
+        self.table_spec = table
+        self.metrics = MetricsState(table, seconds_in_ns=False)
+        self.extras = Extras()
+        self.start_time_ns = time.time_ns()
+        self._lock = lock
+        self._flush = flush
+
+    def settle(self) -> None:
+        """Bucket every buffered value (under the aggregator's lock)."""
+        self.metrics.flush(0)
+
+    def snapshot(self) -> MetricsSnapshot:
+        self._flush()
+        with self._lock:
+            return self.metrics.snapshot(time.time_ns())
+
+
+class VllmStatsAggregator:
+    """vLLM stats in, per-engine canonical aggregates out. `record` is the event-loop path."""
+
+    def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
+                 extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
+                 scheduler_gauges: bool = True, vllm_families: bool = True, kv_cache_metrics: bool = False) -> None:
+        """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
+        so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
+        KV-usage gauges unset (another process exports them). `vllm_families=False`: keep only the
+        canonical instruments, not the `Extras` that only vLLM's own families show (`add` mode, where
+        vLLM's logger serves those). `on_steps(engine_idx, steps)`, if set, also sees every folded step
+        (under the lock). `kv_cache_metrics`: vLLM's `--kv-cache-metrics` is on (its residency
+        histograms are exported)."""
+        table = instrument_table(max_model_len)
+        for name, bounds in (extra_buckets or {}).items():
+            inst = table[name]
+            table[name] = Instrument(inst.name, inst.kind, inst.unit, inst.description,
+                                     tuple(sorted(set(inst.buckets) | set(bounds))), inst.dims, inst.exemplars)
+        self.table = table
+        self._model, self._provider, self._max_len = model_name, provider_name, max_model_len
+        self._lock = threading.Lock()
+        self.scheduler_gauges, self.vllm_families = scheduler_gauges, vllm_families
+        self.kv_cache_metrics = kv_cache_metrics
+        self.on_steps = None
+        self._pending: collections.deque = collections.deque()
+        self.flush_every = flush_every
+        self.engines: dict[int, EngineStats] = {}
+        for idx in engine_indexes:
+            self.engine(idx)
+        self.errors = 0
+        # steps lost to unreadable stats objects (counted; the first error logged), steps whose
+        # per-position spec decoding counts had more than MAX_SPEC_POSITIONS positions (left out),
+        # and admission rejections with an unknown reason
+        self.dropped = 0
+
+    def engine(self, idx: int) -> EngineStats:
+        e = self.engines.get(idx)
+        if e is None:
+            config = TelemetryConfig(self._model, engine=str(idx), max_model_len=self._max_len, log_stats=False,
+                                     tracing=False, provider_name=self._provider,
+                                     kv_cache_metrics=self.kv_cache_metrics)
+            e = self.engines[idx] = EngineStats(config, self.table, self._lock, self.flush)
+        return e
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+        """Queue one step's stats (vLLM's `StatLoggerBase.record` signature). Never raises."""
+        try:
+            self._pending.append((engine_idx, scheduler_stats, iteration_stats, mm_cache_stats))
+            if len(self._pending) >= self.flush_every:
+                self.flush()
+        except Exception:
+            self._failed("record")
+
+    def flush(self) -> None:
+        """Fold every queued step into the aggregates. Never raises."""
+        pending = self._pending
+        if not pending:
+            return
+        with self._lock:
+            steps = [pending.popleft() for _ in range(len(pending))]
+            try:
+                engines = {s[0] for s in steps}
+                for idx in engines:
+                    mine = steps if len(engines) == 1 else [s for s in steps if s[0] == idx]
+                    self._fold(self.engine(idx), mine)
+                    if self.on_steps is not None:
+                        self.on_steps(idx, mine)
+            except Exception:  # an unreadable stats object: its batch is dropped and counted
+                self.dropped += len(steps)
+                self._failed("flush")
+            first = next(iter(self.engines.values()), None)
+            if first is not None:
+                first.metrics.counters["otel_llm.telemetry.dropped"][0] = self.dropped
+
+    @contextlib.contextmanager
+    def settled(self):
+        """Every queued step folded and buffered value bucketed (what a collection pays); the lock held."""
+        self.flush()
+        with self._lock:
+            for e in self.engines.values():
+                e.settle()
+            yield
+
+    def settle(self) -> None:
+        with self.settled():
+            pass
+
+    def reject(self, reason: str) -> None:
+        """One frontend admission rejection (vLLM's `record_admission_rejection`), counted on the first
+        engine's state (the family has no engine label); an unknown reason is dropped and counted. Never raises."""
+        reasons = DIMENSIONS["otel_llm.rejection_reason"]
+        with self._lock:
+            first = next(iter(self.engines.values()))
+            if reason in reasons:
+                first.metrics.add("otel_llm.admission.rejections", 1, reasons.index(reason))
+            else:
+                self.dropped += 1
+                first.metrics.counters["otel_llm.telemetry.dropped"][0] = self.dropped
+
+    def _failed(self, where: str) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            logger.exception("otel-llm: error in the vLLM stat logger's %s (logged once, counted; vLLM unaffected)",
+                             where)
+
+    # -- folding ---------------------------------------------------------------------------
+
+    def _fold(self, e: EngineStats, steps: list) -> None:
+        scheds = [s[1] for s in steps if s[1] is not None]
+        if scheds:
+            self._scheduler(e, scheds)
+        mm = [s[3] for s in steps if s[3] is not None]
+        if mm and self.vllm_families:
+            e.extras.mm_queries += sum(m.queries for m in mm)
+            e.extras.mm_hits += sum(m.hits for m in mm)
+        its = [s[2] for s in steps if s[2] is not None]
+        if its:
+            self._iterations(e, its)
+
+    def _scheduler(self, e: EngineStats, scheds: list) -> None:
+        m, x, last = e.metrics, e.extras, scheds[-1]
+        if self.scheduler_gauges:
+            m.gauges["otel_llm.scheduler.running"] = last.num_running_reqs
+            m.gauges["otel_llm.scheduler.waiting"] = last.num_waiting_reqs + last.num_skipped_waiting_reqs
+            m.gauges["otel_llm.scheduler.waiting_by_reason"] = np.array(
+                (last.num_waiting_reqs, last.num_skipped_waiting_reqs), np.float64)
+            m.gauges["otel_llm.kv_cache.usage"] = last.kv_cache_usage
+        pcs = [s.prefix_cache_stats for s in scheds]
+        hits = sum(p.hits for p in pcs)
+        m.add("otel_llm.prefix_cache.queries", sum(p.queries for p in pcs))
+        m.add("otel_llm.prefix_cache.hits", hits)
+        connector = [c for c in (s.connector_prefix_cache_stats for s in scheds) if c is not None]
+        m.add("otel_llm.external_prefix_cache.queries", sum(c.queries for c in connector))
+        m.add("otel_llm.external_prefix_cache.hits", sum(c.hits for c in connector))
+        spec = [sd for sd in (getattr(s, "spec_decoding_stats", None) for s in scheds) if sd is not None]
+        if spec:
+            self._spec_decoding(m, spec)
+        evictions = [ev for s in scheds for ev in (getattr(s, "kv_cache_eviction_events", None) or ())]
+        if evictions:
+            self._kv_evictions(m, evictions)
+        if not self.vllm_families:
+            return
+        x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
+        for c in connector:
+            for tier, n in c.hits_by_source.items():
+                key = getattr(tier, "value", str(tier))
+                x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
+
+    def _spec_decoding(self, m: MetricsState, stats: list) -> None:
+        """vLLM's `SpecDecodingProm.observe` per step; a step with more than MAX_SPEC_POSITIONS
+        positions leaves its per-position counts out (counted in `dropped`)."""
+        drafts, draft_tokens, accepted, per_pos = zip(*map(_SPEC, stats))
+        m.add("otel_llm.spec_decode.drafts", sum(drafts))
+        m.add("otel_llm.spec_decode.draft_tokens", sum(draft_tokens))
+        m.add("otel_llm.spec_decode.accepted_tokens", sum(accepted))
+        out = m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"]
+        for pos in per_pos:
+            if len(pos) > MAX_SPEC_POSITIONS:
+                self.dropped += 1
+            elif len(pos):
+                out[: len(pos)] += pos
+
+    @staticmethod
+    def _kv_evictions(m: MetricsState, events: list) -> None:
+        """vLLM's `KVCacheEvictionEvent`s (seconds), as its logger observes them."""
+        h = m.histograms
+        h["otel_llm.kv_block.lifetime"].fold(np.array([ev.lifetime_seconds for ev in events], np.float64))
+        h["otel_llm.kv_block.idle_before_evict"].fold(np.array([ev.idle_seconds for ev in events], np.float64))
+        gaps = [g for ev in events for g in ev.reuse_gaps_seconds]
+        if gaps:
+            h["otel_llm.kv_block.reuse_gap"].fold(np.array(gaps, np.float64))
+
+    def _iterations(self, e: EngineStats, its: list) -> None:
+        m, h = e.metrics, e.metrics.histograms
+        gen, preempted, pts, max_gen, n_params, ttft, itl, fins = zip(*map(_ITERATION, its))
+        total, computed, local_hit, external, cached = zip(*map(_PROMPT, pts))
+        m.add("otel_llm.usage.generation_tokens", sum(gen))
+        m.add("otel_llm.usage.prompt_tokens", sum(total))
+        m.add("otel_llm.scheduler.preemptions", sum(preempted))
+        by_source = m.counters["otel_llm.usage.prompt_tokens_by_source"]  # vLLM's PromptTokenStats.ALL_SOURCES
+        for i, vals in enumerate((computed, local_hit, external)):
+            by_source[i] += sum(vals)
+        m.add("otel_llm.usage.prompt_tokens_cached", sum(cached))
+        h["otel_llm.step.tokens"].fold(np.add(computed, gen, dtype=np.float64))
+        for name, lists in (("otel_llm.request.max_generation_tokens", max_gen),
+                            ("gen_ai.server.time_to_first_token", ttft)):
+            vals = list(chain.from_iterable(lists))
+            if vals:
+                h[name].fold(np.array(vals, np.float64), OP_OTHER)
+        _record_runs(h["otel_llm.request.params.n"], n_params)  # almost always all 1
+        _record_runs(h["otel_llm.request.inter_token_latency"], itl)
+        fins = list(chain.from_iterable(fins))
+        if fins:
+            _finished(e, fins)
+
+
+def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
+    """Per-step lists whose values are mostly all equal within a step: such a step costs one comparison
+    per value and adds one (value, count) pair; other steps' values go in as they are. (A step's ITLs
+    are one engine timestamp minus each request's previous one: in steady decode, all the same.)"""
+    same, counts, mixed = [], [], []
+    for vals in per_step:
+        if vals:
+            n = len(vals)
+            if vals.count(vals[0]) == n:
+                same.append(vals[0])
+                counts.append(n)
+            else:
+                mixed += vals
+    if same:
+        h.record_weighted(np.array(same, np.float64), np.array(counts, np.float64), OP_OTHER)
+    if mixed:
+        h.fold(np.array(mixed, np.float64), OP_OTHER)
+
+
+def _finished(e: EngineStats, fins: list) -> None:
+    h = e.metrics.histograms
+    # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
+    width = len(_FINISHED_FIELDS)
+    a = np.fromiter(chain.from_iterable(map(_FINISHED, fins)), np.float64,
+                    len(fins) * width).reshape(-1, width).T
+    reason = a[_COLUMN["finish_reason"]].astype(np.int64)
+    reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
+    by_reason = OP_OTHER * NUM_REASONS + reason
+    e.metrics.add_many("otel_llm.request.finished", by_reason)
+    for name, col in _PER_REQUEST:
+        h[name].fold(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
+    prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
+    h["otel_llm.request.prefill_kv_computed_tokens"].fold(prompt - np.maximum(cached, 0), OP_OTHER)
+    max_tokens = a[_COLUMN["max_tokens_param"]]
+    set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
+    if set_mt.any():
+        h["otel_llm.request.params.max_tokens"].fold(max_tokens[set_mt], OP_OTHER)
