@@ -19,6 +19,8 @@ is called for it, the engine's gauges drop to 0 (`Telemetry.engine_gone`) and
 backoff (0.5 s, doubling, at most 30 s), at most `engine_restarts` times in a row
 (an engine that ran for `_STABLE_S` resets the count); past that, or for an
 in-process engine (a hung thread cannot be killed), `state` is "dead" for good.
+
+Size: engine supervision and request routing, to be split (issue 30, server slice).
 """
 
 from __future__ import annotations

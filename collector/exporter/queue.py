@@ -21,6 +21,9 @@ stays there for the next start instead of being dropped.
 Thread-safety: `offer`, `reject`, `stats` and `stop` may be called from any
 thread; ``send`` is only ever called from the consumer thread, one item at a
 time, so whatever it uses (a connection) needs no lock of its own.
+
+Size: the exporterhelper's one component: the sending queue and the retry loop share their state (in
+flight, drops, the storage).
 """
 
 from __future__ import annotations

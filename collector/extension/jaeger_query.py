@@ -33,6 +33,9 @@ unknown), "error", "errorType", "finishReason"}``):
 
 Bad input answers 400 with the envelope's ``errors[0].msg`` saying what was wrong; unknown paths
 404. Threads: one accepting thread, one daemon thread per connection; the store is thread-safe.
+
+Size: the API's endpoints are small handlers over one `HttpEndpoint`; most of the length is the
+contract above.
 """
 
 from __future__ import annotations

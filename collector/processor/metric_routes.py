@@ -220,7 +220,7 @@ class Route:
 
 
 class Router:
-    """Routes for one profile (any of `otel_llm.profiles.PROFILE_NAMES`; ValueError naming another)."""
+    """Routes for one profile (any of `otel_llm.shim.profiles.PROFILE_NAMES`; ValueError naming another)."""
 
     def __init__(self, profile_name: str):
         self.profile = collector_profile(profile_name)

@@ -16,6 +16,9 @@ beyond that gets a 503 with ``Retry-After: 1`` and is closed at once, so a
 client still sending may see the connection reset instead: OTLP clients retry
 either; counted in `stats().refused_connections`). The sink must be
 thread-safe; if it raises, the request answers 500 and the exception is logged.
+
+Size: one request path: framing, limits, the Collector's status codes and partial success, each step
+needing the one before.
 """
 
 import enum

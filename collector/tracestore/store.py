@@ -11,6 +11,8 @@ finish reason), sharing the span's row id.
 Threads: `add` and `enforce_retention` write under one lock on one connection (one writer
 thread is expected; a batch is one transaction). Queries run on pooled read-only connections
 and see only committed batches, concurrently with the writer. All methods are thread-safe.
+
+Size: one noun, the SQLite store: its schema, writer and queries share the connections and one lock.
 """
 
 from __future__ import annotations

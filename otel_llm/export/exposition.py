@@ -15,6 +15,9 @@ Bounded (`cardinality.py`): a renderer gives its own series to the first `cardin
 base label sets (model, engine, version) it sees; sources beyond fold into one source whose
 series carry only `otel_metric_overflow="true"` (and a family's fixed `const` labels). LoRA
 families take their adapter series from `Source.lora`, each bounded the same way.
+
+Size: text 0.0.4 and OpenMetrics share every line writer and the cardinality folding; split by
+format, each would copy them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 
 from opentelemetry.sdk.metrics.export import (
@@ -14,28 +13,22 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_llm.export.export_counts import ExportCounts
+from otel_llm.export.otlp_endpoint import otlp_exporter
 
 
 def otlp_metric_exporter(endpoint: str | None):
-    """An OTLP metric exporter; protocol from OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL
-    (`http/protobuf` by default, or `grpc`).
+    """An OTLP metric exporter (see `otlp_endpoint.otlp_exporter`: protocol and endpoint)."""
+    return otlp_exporter("metrics", endpoint, _grpc_exporter, _http_exporter)
 
-    `endpoint` is the metrics URL for HTTP (`/v1/metrics` is appended when missing,
-    so a collector's base URL works) or `host:port` / `http://host:port` for gRPC;
-    None lets the exporter read OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT itself.
-    """
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        return OTLPMetricExporter(endpoint=endpoint, insecure=True) if endpoint else OTLPMetricExporter()
-    if protocol != "http/protobuf":
-        raise ValueError(f"unsupported OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} (use grpc or http/protobuf)")
+
+def _grpc_exporter() -> type:
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    return OTLPMetricExporter
+
+
+def _http_exporter() -> type:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    if endpoint and not endpoint.rstrip("/").endswith("/v1/metrics"):
-        endpoint = endpoint.rstrip("/") + "/v1/metrics"
-    return OTLPMetricExporter(endpoint=endpoint) if endpoint else OTLPMetricExporter()
+    return OTLPMetricExporter
 
 
 def otlp_metric_reader(endpoint: str | None, interval_s: float | None = None,

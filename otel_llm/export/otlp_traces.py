@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_llm.export.export_counts import ExportCounts
+from otel_llm.export.otlp_endpoint import otlp_exporter
 
 logger = logging.getLogger("otel_llm")
 
@@ -20,24 +21,20 @@ _WARNING_INTERVAL_S = 10.0  # between warnings about dropped spans
 
 
 def otlp_span_exporter(endpoint: str | None):
-    """An OTLP span exporter; protocol from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, http/protobuf by default.
+    """An OTLP span exporter (see `otlp_endpoint.otlp_exporter`: protocol and endpoint, e.g.
+    `--otlp-traces-endpoint`); over HTTP our `FastOTLPSpanExporter`, the SDK's with an encoder
+    ~3.5x cheaper."""
+    return otlp_exporter("traces", endpoint, _grpc_exporter, _http_exporter)
 
-    `endpoint` (e.g. `--otlp-traces-endpoint`) is the full traces URL for HTTP
-    (`http://host:4318/v1/traces`) or `host:port` for gRPC; None lets the exporter
-    read OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT itself.
-    """
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        return OTLPSpanExporter(endpoint=endpoint, insecure=True) if endpoint else OTLPSpanExporter()
-    if protocol != "http/protobuf":
-        raise ValueError(f"unsupported OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} (use grpc or http/protobuf)")
-    from otel_llm.export.span_encoding import FastOTLPSpanExporter  # the SDK's HTTP exporter, encoding ~3.5x cheaper
 
-    if endpoint and not endpoint.rstrip("/").endswith("/v1/traces"):
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    return FastOTLPSpanExporter(endpoint=endpoint) if endpoint else FastOTLPSpanExporter()
+def _grpc_exporter() -> type:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter
+
+
+def _http_exporter() -> type:
+    from otel_llm.export.span_encoding import FastOTLPSpanExporter
+    return FastOTLPSpanExporter
 
 
 def batch_span_processor(exporter, counts: ExportCounts | None = None) -> BatchSpanProcessor:

@@ -54,7 +54,7 @@ class TelemetryConfig:
     num_speculative_tokens: int = 0  # vLLM's: > 0 shows the vllm:spec_decode_* families, positions 0..k-1
     kv_cache_metrics: bool = False  # vLLM's --kv-cache-metrics: shows the vllm:kv_block_* residency histograms
     # vLLM-Omni: (stage, replica) of this engine in a multi-stage pipeline; its vllm:* families then carry
-    # `stage` and `replica` instead of `engine` (`Profile.stage_replica`; see otel_llm/pipeline.py)
+    # `stage` and `replica` instead of `engine` (`Profile.stage_replica`; see otel_llm/pipeline/telemetry.py)
     stage_replica: tuple[str, str] | None = None
 
     def __post_init__(self):

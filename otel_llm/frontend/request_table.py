@@ -40,6 +40,10 @@ split is counted by source at the request's first token, with its prompt tokens,
 and its computed part observed at finish (`prefill_kv_computed_tokens`).
 
 Thread-safety: single writer; the owner holds its lock around every call.
+
+Size: one noun, the columnar table: its column arrays and the vectorised step update share one owner
+and one set of invariants (slots, handles, fold order); the step-level stats it shares with the vLLM
+plugin are `canonical.step_stats`.
 """
 
 from __future__ import annotations
@@ -51,10 +55,16 @@ import numpy as np
 from otel_llm.canonical.aggregation import TRACE_COLUMNS
 from otel_llm.canonical.instruments import DIMENSIONS
 from otel_llm.canonical.metrics_state import MetricsState
+from otel_llm.canonical.step_stats import (
+    add_prefix_cache,
+    add_spec_decoding,
+    clear_scheduler,
+    fold_kv_evictions,
+    set_scheduler,
+)
 from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import HEADER_SIZE as _HEADER_SIZE
 from otel_llm.engine.step import (
-    MAX_SPEC_POSITIONS,
     EventKind,
     FinishReason,
     SchedulerSnapshot,
@@ -458,51 +468,30 @@ class RequestTable:
                 or snap.waiting_deferred > snap.waiting:
             self.dropped["bad_value"] += 1  # also catches NaN kv_usage
             return
-        m.gauges["otel_llm.scheduler.running"] = snap.running
-        m.gauges["otel_llm.scheduler.waiting"] = snap.waiting
-        m.gauges["otel_llm.scheduler.waiting_by_reason"] = np.array(
-            (snap.waiting - snap.waiting_deferred, snap.waiting_deferred), np.float64)
-        m.gauges["otel_llm.kv_cache.usage"] = snap.kv_usage
-        m.add("otel_llm.prefix_cache.queries", snap.prefix_queries)
-        m.add("otel_llm.prefix_cache.hits", snap.prefix_hits)
+        set_scheduler(m, snap.running, snap.waiting, snap.waiting_deferred, snap.kv_usage)
+        add_prefix_cache(m, snap.prefix_queries, snap.prefix_hits, snap.external_prefix_queries,
+                         snap.external_prefix_hits)
         m.add("otel_llm.scheduler.preemptions", snap.preemptions)
-        if snap.external_prefix_queries or snap.external_prefix_hits:
-            m.add("otel_llm.external_prefix_cache.queries", snap.external_prefix_queries)
-            m.add("otel_llm.external_prefix_cache.hits", snap.external_prefix_hits)
 
     def _spec_decoding(self, sd: SpecDecodingStats) -> None:
-        """A step's speculative decoding; positions past MAX_SPEC_POSITIONS (or negative numbers) drop
-        the step's per-position part (counted), the totals still count unless they are negative."""
-        pos = np.asarray(sd.accepted_per_pos, np.int64)
+        """A step's speculative decoding; negative totals drop the step, a bad per-position part
+        (past MAX_SPEC_POSITIONS, or negative) only that part (counted either way)."""
         if min(sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens) < 0:
             self.dropped["bad_value"] += 1
             return
-        m = self.metrics
-        m.add("otel_llm.spec_decode.drafts", sd.num_drafts)
-        m.add("otel_llm.spec_decode.draft_tokens", sd.num_draft_tokens)
-        m.add("otel_llm.spec_decode.accepted_tokens", sd.num_accepted_tokens)
-        if len(pos) > MAX_SPEC_POSITIONS or (len(pos) and pos.min() < 0):
-            self.dropped["bad_value"] += 1
-        elif len(pos):
-            m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"][: len(pos)] += pos
+        self.dropped["bad_value"] += add_spec_decoding(
+            self.metrics, sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens,
+            (np.asarray(sd.accepted_per_pos, np.int64),))
 
     def _kv_evictions(self, kv: KVEvictions) -> None:
         """Sampled KV block evictions (ns); a step with a negative time is dropped (counted)."""
-        arrays = list(zip(("otel_llm.kv_block.lifetime", "otel_llm.kv_block.idle_before_evict",
-                           "otel_llm.kv_block.reuse_gap"), kv))
-        if any(len(a) and a.min() < 0 for _, a in arrays):
+        if any(len(a) and a.min() < 0 for a in kv):
             self.dropped["bad_value"] += 1
             return
-        for name, a in arrays:
-            if len(a):
-                self.metrics.histograms[name].fold(a.astype(np.float64))
+        fold_kv_evictions(self.metrics, *(a.astype(np.float64) for a in kv))
 
     def engine_gone(self) -> None:
-        gauges = self.metrics.gauges
-        gauges["otel_llm.scheduler.running"] = gauges["otel_llm.scheduler.waiting"] = 0
-        gauges["otel_llm.kv_cache.usage"] = 0.0
-        if gauges["otel_llm.scheduler.waiting_by_reason"] is not None:
-            gauges["otel_llm.scheduler.waiting_by_reason"] = np.zeros(2)
+        clear_scheduler(self.metrics)
 
     def finish_from_frontend(self, handle: int, reason: FinishReason, now_ns: int) -> FinishedBatch | None:
         """Finish a request the engine will never report (engine died, rejected before it)."""

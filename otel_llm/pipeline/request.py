@@ -4,7 +4,7 @@ Made by `PipelineTelemetry.arrival`. The orchestrator reports stage visits and t
 the API server reports audio chunks as it streams them and the finish (or the abort when the
 client goes away). At the finish the request observes its e2e latency and finish reason and,
 for an audio response, the simulated listener's figures (`audio_player.simulate`), then
-emits its span tree (`pipeline_tracing.py`) from the same timestamps.
+emits its span tree (`spans.py`) from the same timestamps.
 
 Threads: any; the request's own lock guards its timeline (held briefly, and only the
 pipeline's lock is taken inside it). Times are ns of the pipeline's monotonic clock; `now_ns`

@@ -7,7 +7,7 @@ from the sender's start to the receiver's end, events `tx_done` and `rx_start`, 
 `otel_llm.pipeline.transfer.size_bytes`). Timestamps are the ones the histograms took, on the
 pipeline's monotonic clock converted to epoch ns by its (wall, monotonic) anchor, so a span's
 duration is exactly the value observed. Finished spans go straight to the provider's span
-processors, through the same hook as `tracing.py` (see its module docstring).
+processors, through the same hook as `request_spans.py` (see its module docstring).
 
 Threads: `start` and `emit` may be called from any thread (the SDK's processors are thread-safe).
 """

@@ -2,7 +2,7 @@
 
 vLLM-Omni's Prometheus design: an orchestrator drives a request through stages (e.g. a
 talker LLM, then a code2wav vocoder), each run by one of its replicas, moving data between
-them over a connector. Its families (`pipeline_families.py`, `vllm:omni_` by default):
+them over a connector. Its families (`families.py`, `vllm:omni_` by default):
 
 - pipeline: requests running and waiting (gauges), requests finished by `finished_reason`
   (a client disconnect or cancellation counts as `abort`), end-to-end latency;

@@ -29,6 +29,9 @@ waiting, KV-cache usage) are exported by rank 0 alone.
 
 `record` never raises into vLLM (an exception there kills vLLM's output
 handler): failures are logged once and counted (`otel_llm.telemetry.dropped`).
+
+Size: the faces vLLM loads (the OTLP stat logger, the Prometheus one that serves vLLM's families,
+the fast /metrics hook) share one construction from vLLM's config; the folding itself is `stats`.
 """
 
 from __future__ import annotations

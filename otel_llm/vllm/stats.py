@@ -36,7 +36,8 @@ import numpy as np
 from otel_llm.canonical.aggregation import HistogramState
 from otel_llm.canonical.instruments import DIMENSIONS, OPERATIONS, Instrument, instrument_table, request_series
 from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
-from otel_llm.engine.step import MAX_SPEC_POSITIONS, FinishReason
+from otel_llm.canonical.step_stats import add_prefix_cache, add_spec_decoding, fold_kv_evictions, set_scheduler
+from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.config import TelemetryConfig
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
@@ -222,24 +223,22 @@ class VllmStatsAggregator:
     def _scheduler(self, e: EngineStats, scheds: list) -> None:
         m, x, last = e.metrics, e.extras, scheds[-1]
         if self.scheduler_gauges:
-            m.gauges["otel_llm.scheduler.running"] = last.num_running_reqs
-            m.gauges["otel_llm.scheduler.waiting"] = last.num_waiting_reqs + last.num_skipped_waiting_reqs
-            m.gauges["otel_llm.scheduler.waiting_by_reason"] = np.array(
-                (last.num_waiting_reqs, last.num_skipped_waiting_reqs), np.float64)
-            m.gauges["otel_llm.kv_cache.usage"] = last.kv_cache_usage
+            set_scheduler(m, last.num_running_reqs, last.num_waiting_reqs + last.num_skipped_waiting_reqs,
+                          last.num_skipped_waiting_reqs, last.kv_cache_usage)
         pcs = [s.prefix_cache_stats for s in scheds]
         hits = sum(p.hits for p in pcs)
-        m.add("otel_llm.prefix_cache.queries", sum(p.queries for p in pcs))
-        m.add("otel_llm.prefix_cache.hits", hits)
         connector = [c for c in (s.connector_prefix_cache_stats for s in scheds) if c is not None]
-        m.add("otel_llm.external_prefix_cache.queries", sum(c.queries for c in connector))
-        m.add("otel_llm.external_prefix_cache.hits", sum(c.hits for c in connector))
+        add_prefix_cache(m, sum(p.queries for p in pcs), hits, sum(c.queries for c in connector),
+                         sum(c.hits for c in connector))
         spec = [sd for sd in (getattr(s, "spec_decoding_stats", None) for s in scheds) if sd is not None]
-        if spec:
-            self._spec_decoding(m, spec)
+        if spec:  # vLLM's `SpecDecodingProm.observe` per step
+            drafts, draft_tokens, accepted, per_pos = zip(*map(_SPEC, spec))
+            self.dropped += add_spec_decoding(m, sum(drafts), sum(draft_tokens), sum(accepted), per_pos)
         evictions = [ev for s in scheds for ev in (getattr(s, "kv_cache_eviction_events", None) or ())]
-        if evictions:
-            self._kv_evictions(m, evictions)
+        if evictions:  # vLLM's `KVCacheEvictionEvent`s (seconds), as its logger observes them
+            fold_kv_evictions(m, np.array([ev.lifetime_seconds for ev in evictions], np.float64),
+                              np.array([ev.idle_seconds for ev in evictions], np.float64),
+                              np.array([g for ev in evictions for g in ev.reuse_gaps_seconds], np.float64))
         if not self.vllm_families:
             return
         x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
@@ -247,30 +246,6 @@ class VllmStatsAggregator:
             for tier, n in c.hits_by_source.items():
                 key = getattr(tier, "value", str(tier))
                 x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
-
-    def _spec_decoding(self, m: MetricsState, stats: list) -> None:
-        """vLLM's `SpecDecodingProm.observe` per step; a step with more than MAX_SPEC_POSITIONS
-        positions leaves its per-position counts out (counted in `dropped`)."""
-        drafts, draft_tokens, accepted, per_pos = zip(*map(_SPEC, stats))
-        m.add("otel_llm.spec_decode.drafts", sum(drafts))
-        m.add("otel_llm.spec_decode.draft_tokens", sum(draft_tokens))
-        m.add("otel_llm.spec_decode.accepted_tokens", sum(accepted))
-        out = m.counters["otel_llm.spec_decode.accepted_tokens_per_pos"]
-        for pos in per_pos:
-            if len(pos) > MAX_SPEC_POSITIONS:
-                self.dropped += 1
-            elif len(pos):
-                out[: len(pos)] += pos
-
-    @staticmethod
-    def _kv_evictions(m: MetricsState, events: list) -> None:
-        """vLLM's `KVCacheEvictionEvent`s (seconds), as its logger observes them."""
-        h = m.histograms
-        h["otel_llm.kv_block.lifetime"].fold(np.array([ev.lifetime_seconds for ev in events], np.float64))
-        h["otel_llm.kv_block.idle_before_evict"].fold(np.array([ev.idle_seconds for ev in events], np.float64))
-        gaps = [g for ev in events for g in ev.reuse_gaps_seconds]
-        if gaps:
-            h["otel_llm.kv_block.reuse_gap"].fold(np.array(gaps, np.float64))
 
     def _iterations(self, e: EngineStats, its: list) -> None:
         m, h = e.metrics, e.metrics.histograms

@@ -11,6 +11,9 @@ request finished (stream closed, or the connection dropped while waiting for a
 non-streaming body) the request is aborted in the engine. A chat request for audio output is
 refused with a 400, unless an `audio` hook makes it (`otel-llm serve-pipeline`'s
 `otel_llm.server.pipeline.pipeline_serving.PipelineServing`): it then consumes the engine's outputs.
+
+Size: the OpenAI endpoints' one request path (validate, tokenize, admit, send, stream or collect)
+and the helpers they share.
 """
 
 from __future__ import annotations

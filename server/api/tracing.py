@@ -44,9 +44,9 @@ def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None,
                           counts: ExportCounts | None = None) -> TracerProvider:
     """A provider with an OTLP exporter when an endpoint is given, else none (spans
     are still created, so trace ids propagate, but go nowhere); its spans are counted
-    into `counts` (`otel_llm.tracer_setup.CountingBatchSpanProcessor`) if given.
+    into `counts` (`otel_llm.export.otlp_traces.CountingBatchSpanProcessor`) if given.
 
-    The exporter is the SDK's (`otel_llm.tracer_setup.otlp_span_exporter`): OTLP/HTTP
+    The exporter is the SDK's (`otel_llm.export.otlp_traces.otlp_span_exporter`): OTLP/HTTP
     unless `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL=grpc`; `/v1/traces` is appended to an
     HTTP endpoint that lacks it.
     """

@@ -1,4 +1,8 @@
-"""`LLMEngine`: add requests, `step()` them, hand back outputs and the step's telemetry."""
+"""`LLMEngine`: add requests, `step()` them, hand back outputs and the step's telemetry.
+
+Size: the orchestrator of scheduler, block manager and runner (nano-vllm's `llm_engine` shape) with
+the KV cache sizing it needs to build them.
+"""
 
 from __future__ import annotations
 

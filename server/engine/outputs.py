@@ -30,7 +30,7 @@ class RequestOutput:
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     """`outputs` of one `LLMEngine.step()`; `telemetry` is `StepRecorder.end_step_bytes()`
-    (decode with `otel_llm.step.StepRecord.from_bytes`), None when stats are off."""
+    (decode with `otel_llm.engine.step.StepRecord.from_bytes`), None when stats are off."""
 
     outputs: list[RequestOutput]
     telemetry: bytes | None

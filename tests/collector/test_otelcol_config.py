@@ -192,7 +192,7 @@ CACHE_CONFIG = {"block_size": "16", "gpu_memory_utilization": "0.9"}
 
 
 def _points(inst):
-    """Attributes of every series of `inst` as the server sends them (otel_llm/bridge.py)."""
+    """Attributes of every series of `inst` as the server sends them (otel_llm/export/metric_producer.py)."""
     vocab = [DIMENSIONS[d] for d in inst.dims]
     for series in range(inst.num_series):
         attrs = {MODEL_ATTRIBUTE: "m", ENGINE_ATTRIBUTE: "0", PROVIDER_ATTRIBUTE: "otel_llm"}

@@ -100,3 +100,15 @@ def _graph(package: str, leave_out: tuple[str, ...] = ()) -> dict[str, set[str]]
 @pytest.mark.parametrize("package", ["otel_llm.collector", "otel_llm.server", "otel_llm"])
 def test_no_import_circles(package):
     assert _cycles(_graph(package)) == []
+
+
+LONG_FILE_LINES = 320  # "about 300": past it a module says why it is one file (a "Size:" paragraph)
+
+
+def test_a_long_module_says_why_it_is_one_file():
+    unexplained = []
+    for path in _modules().values():
+        text = path.read_text()
+        if len(text.splitlines()) > LONG_FILE_LINES and "Size:" not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(REPO)} ({len(text.splitlines())} lines)")
+    assert unexplained == []

@@ -27,6 +27,9 @@ updated for `expiry_s` are removed (`expire`).
 
 Thread-safety: `ingest` parses outside the lock and applies under it; readers
 (exposition, remote-write) hold `lock` while they read. One lock, held briefly.
+
+Size: one noun, the store: input series, their placement under the shim's routes, the limits and
+expiry are one state under one lock.
 """
 
 from __future__ import annotations
