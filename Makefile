@@ -23,16 +23,19 @@ PORT   ?= 8000
 MODEL  ?= smollm2
 TRACES ?= .traces
 
-# Main job: a collector keeping traces (request timelines at http://127.0.0.1:16686/ui), the server
-# on SmolLM2 sending its spans there, the built-in demo load against it; both left running.
+# Main job: the whole shape on one host. A collector (OTLP in on 4318/4317; Prometheus /metrics with
+# vLLM's names on 9464; traces kept, request timelines at http://127.0.0.1:16686/ui); the server on
+# SmolLM2 pushing its metrics (every 5 s) and spans there; the built-in demo load against it; both
+# left running until Ctrl-C. `make serve PORT=8001` serves on another port.
 serve: setup
 	@$(PY) -m otel_llm collector --trace-store $(TRACES) & cpid=$$!; \
-	$(PY) -m otel_llm serve --model $(MODEL) --port $(PORT) --otlp-traces-endpoint http://127.0.0.1:4318 & pid=$$!; \
-	trap 'kill $$pid $$cpid 2>/dev/null' INT TERM EXIT; \
+	OTEL_METRIC_EXPORT_INTERVAL=5000 $(PY) -m otel_llm serve --model $(MODEL) --port $(PORT) \
+	  --otlp-traces-endpoint http://127.0.0.1:4318 --otlp-metrics-endpoint http://127.0.0.1:4318 & pid=$$!; \
+	trap 'kill $$pid $$cpid 2>/dev/null; wait; exit 0' INT TERM; trap 'kill $$pid $$cpid 2>/dev/null' EXIT; \
 	$(PY) -c "import sys,time,httpx; d=time.time()+300; \
 	exec('while time.time()<d:\n try:\n  if httpx.get(\'http://127.0.0.1:$(PORT)/health\').status_code==200: sys.exit(0)\n except httpx.HTTPError: pass\n time.sleep(0.5)'); sys.exit('server did not become healthy')" && \
 	$(PY) -m otel_llm demo --url http://127.0.0.1:$(PORT) --timeline-url http://127.0.0.1:16686/ui && \
-	echo "Server still running on http://127.0.0.1:$(PORT) (metrics: /metrics, Triton stats: /v2/models/stats); request timelines: http://127.0.0.1:16686/ui. Ctrl-C to stop." && \
+	echo "Server still running on http://127.0.0.1:$(PORT) (its /metrics; Triton stats: /v2/models/stats). The collector: http://127.0.0.1:9464/metrics (every server's metrics under vLLM's names, pushed every 5 s), request timelines at http://127.0.0.1:16686/ui. Ctrl-C to stop." && \
 	wait $$pid
 
 test: setup

@@ -81,7 +81,7 @@ def add_parsers(sub) -> None:
                         "(in --print-otelcol-config: 0.0.0.0 by default, as in a container)")
     p.set_defaults(run=run, extras=("collector",))
     p.add_argument("--otlp-http-port", type=port, default=4318,
-                   help="the OTLP/HTTP receiver's port: POST /v1/metrics, /v1/traces, /v1/logs (default 4318; 0: any "
+                   help="the OTLP/HTTP receiver's port: POST /v1/metrics and /v1/traces (default 4318; 0: any "
                         "free port)")
     p.add_argument("--otlp-grpc-port", type=port, default=4317,
                    help="the OTLP/gRPC receiver's port (default 4317; 0: any free port)")

@@ -217,7 +217,8 @@ def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) ->
     from otel_llm.server.api import create_app
     from otel_llm.server.api.arrival import stamping_protocol
     from otel_llm.server.api.shutdown import BoundedServer, ShutdownClock
-    from otel_llm.server.engine_client import EngineClient, EngineStartError
+    from otel_llm.server.engine_client import EngineClient
+    from otel_llm.server.engine_supervisor import EngineStartError
 
     client = EngineClient(config)
     try:

@@ -1,46 +1,34 @@
-"""`EngineClient`: the API process's handle on the engine loop.
+"""`EngineClient`: the API process's requests in the engine: each one's queue of outputs.
 
-It starts the engine (a spawned process, or a thread with `in_process=True`),
-sends commands as flat bytes, and runs one background reader thread that
-`recv_bytes` the engine's events and hands each STEP to the asyncio loop with a
-single `loop.call_soon_threadsafe` per step. On the loop thread the step's
-telemetry is ingested (in order) and its outputs are put on per-request
-`asyncio.Queue`s: async streaming end to end, no thread per stream.
+It sends ADD and ABORT through an `EngineSupervisor` (`engine`: the engine process or thread,
+its reader thread, its restarts) and, on the event loop, turns each STEP the engine reports into
+outputs on per-request `asyncio.Queue`s (async streaming end to end, no thread per stream) and
+ingests the step's telemetry, in order. It counts what vLLM's admission limits count: unfinished
+sequences and the prompt tokens not yet past prefill.
 
-Threads: the reader thread only receives and decodes; every piece of mutable
-state (`_streams`, telemetry calls, `dead_reason`) is owned by the event-loop
-thread. `send` may be called from the loop thread only (one writer on the pipe).
+Threads: every piece of state here (`_streams`, telemetry calls) is owned by the event-loop
+thread; `add`, `abort`, `release` and `end_requests` are called on it.
 
-If the engine dies (EOF on the pipe, FATAL message) or hangs (nothing heard, not
-even a heartbeat, for `engine_heartbeat_timeout_s`: the watchdog kills it), every
-in-flight request gets an `EngineDead` item on its queue, `Telemetry.fail(h, ERROR)`
-is called for it, the engine's gauges drop to 0 (`Telemetry.engine_gone`) and
-`dead_reason` says why (for `/health`). Then the engine is restarted, after a
-backoff (0.5 s, doubling, at most 30 s), at most `engine_restarts` times in a row
-(an engine that ran for `_STABLE_S` resets the count); past that, or for an
-in-process engine (a hung thread cannot be killed), `state` is "dead" for good.
-
-Size: engine supervision and request routing, to be split (issue 30, server slice).
+When the engine dies or hangs (see `EngineSupervisor`), every in-flight request gets an
+`EngineDead` item on its queue, `Telemetry.fail(h, ERROR)` is called for it and the engine's
+gauges drop to 0 (`Telemetry.engine_gone`); `engine.dead_reason` says why until a restarted
+engine serves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing as mp
-import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass
 
 from otel_llm import FinishReason
 from otel_llm.server import ipc
 from otel_llm.server.config import ServerConfig
+from otel_llm.server.engine_supervisor import EngineSupervisor
 
 logger = logging.getLogger(__name__)
 
-_STABLE_S = 60.0  # an engine that ran this long before dying starts the restart budget and backoff afresh
-_MAX_BACKOFF_S = 30.0
 TERMINAL_REASONS = (int(FinishReason.ERROR), int(FinishReason.ABORT))  # these end every sequence of a request at once
 
 
@@ -59,17 +47,11 @@ class Rejected:
     message: str
 
 
-class EngineStartError(RuntimeError):
-    """The engine did not come up. `config_error`: it rejected a configured value."""
-
-    def __init__(self, message: str, config_error: bool = False):
-        super().__init__(message)
-        self.config_error = config_error
-
-
 class EngineClient:
     def __init__(self, config: ServerConfig):
         self.config = config
+        self.engine = EngineSupervisor(config, self._on_event, self._on_engine_dead)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tel = None
         self._texts: dict[int, list[str]] | None = None  # per request, per sequence: only with content capture
         self._streams: dict[int, asyncio.Queue] = {}
@@ -80,123 +62,28 @@ class EngineClient:
         # Requests aborted by their reader whose end the engine has not reported yet: rid -> their
         # sequences still running in it. If the engine dies first, they are finished here (abort).
         self._aborting: dict[int, int] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._proc = None
-        self._thread: threading.Thread | None = None
-        self._reader: threading.Thread | None = None
-        self._conn = None
-        self._closing = False
-        self.dead_reason: str | None = None  # None while an engine serves
-        self.given_up = False  # no engine, and none will be started again
-        self.restarts = 0  # engines started after one died or hung
-        self._consecutive = 0  # restarts since the last engine that ran for _STABLE_S
-        self._generation = 0  # which engine the reader and the watchdog are watching
-        self._started_at = 0.0
-        self._last_heard = 0.0  # monotonic s of the engine's last message (set by the reader thread)
-        self._watchdog: asyncio.Task | None = None
-        self.model_name = ""
-        self.max_model_len = 0
-        self.engine_pid = 0
 
     # -- lifecycle -------------------------------------------------------
-    @property
-    def state(self) -> Literal["ready", "restarting", "dead"]:
-        if self.dead_reason is None:
-            return "ready"
-        return "dead" if self.given_up else "restarting"
-
     def start(self) -> None:
         """Start the engine and block until it is READY. Raises EngineStartError."""
-        ready = self._launch()
-        self.model_name, self.max_model_len, self.engine_pid = ready
-        logger.info("engine ready: model %s, max_model_len %d, pid %d (%s)", ready.model_name,
-                    ready.max_model_len, ready.pid, "in-process thread" if self.config.in_process else "process")
-
-    def _launch(self) -> ipc.Ready:
-        """Start an engine (process or thread) and block until it is READY. Raises EngineStartError."""
-        cfg = self.config
-        ctx = mp.get_context("spawn")
-        api_conn, engine_conn = ctx.Pipe(duplex=True)
-        engine = replace(cfg.engine, num_threads=cfg.engine_threads)
-        if cfg.in_process:
-            from otel_llm.server.engine_process import run_engine
-
-            self._thread = threading.Thread(
-                target=run_engine, args=(engine_conn, engine, cfg.max_recv_per_iter), name="engine-loop", daemon=True,
-            )
-            self._thread.start()
-        else:
-            from otel_llm.server.engine_process import engine_main
-
-            # The EngineConfig (a frozen dataclass) is pickled once, here, into the new process.
-            self._proc = ctx.Process(
-                target=engine_main, args=(engine_conn, engine, cfg.max_recv_per_iter),
-                name="otel-llm-engine", daemon=True,
-            )
-            self._proc.start()
-            engine_conn.close()  # the child's end lives in the child; EOF here means it died
-        self._conn = api_conn
-        ready = self._wait_ready()
-        self._started_at = self._last_heard = time.monotonic()
-        return ready
-
-    def _wait_ready(self) -> ipc.Ready:
-        """READY, else EngineStartError with the engine discarded."""
-        if not self._conn.poll(self.config.engine_start_timeout_s):
-            error = EngineStartError(f"engine not ready after {self.config.engine_start_timeout_s} s")
-        else:
-            try:
-                event = ipc.decode_event(self._conn.recv_bytes())
-            except EOFError:
-                if self._proc is not None:
-                    self._proc.join(timeout=5)
-                code = self._proc.exitcode if self._proc is not None else None
-                error = EngineStartError(f"engine exited during startup (exit code {code})")
-            else:
-                if isinstance(event, ipc.Ready):
-                    return event
-                error = (EngineStartError(event.message, event.config_error) if isinstance(event, ipc.Fatal) else
-                         EngineStartError(f"unexpected first message from the engine: {event!r}"))
-        self._discard_engine()
-        raise error
+        self.engine.start()
 
     def attach(self, loop: asyncio.AbstractEventLoop, telemetry) -> None:
-        """Start the reader thread: outputs are delivered on `loop`, step telemetry
-        goes to `telemetry.ingest` (an `otel_llm.Telemetry`), in step order."""
+        """Deliver outputs on `loop`; step telemetry goes to `telemetry.ingest` (an
+        `otel_llm.Telemetry`), in step order."""
         self._loop = loop
         self._tel = telemetry
-        self._texts: dict[int, list[str]] | None = {} if telemetry.capture_content else None
-        self._start_reader()
-        self._watchdog = loop.create_task(self._watch())
-
-    def _start_reader(self) -> None:
-        self._generation += 1
-        self._reader = threading.Thread(target=self._read_forever, args=(self._conn, self._proc, self._generation),
-                                        name="engine-reader", daemon=True)
-        self._reader.start()
+        self._texts = {} if telemetry.capture_content else None
+        self.engine.attach(loop)
 
     def close(self) -> None:
-        """Ask the engine to stop and wait for it briefly (idempotent; any thread)."""
-        self._closing = True
-        if self._watchdog is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._watchdog.cancel)
-        if self._conn is not None:
-            try:
-                self._conn.send_bytes(ipc.encode_command(ipc.Shutdown()))
-            except OSError:
-                pass
-        if self._proc is not None:
-            self._proc.join(timeout=5)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join(timeout=5)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Stop the engine (idempotent; any thread)."""
+        self.engine.close()
+
+    @property
+    def dead_reason(self) -> str | None:
+        """Why no engine serves now (None while one does)."""
+        return self.engine.dead_reason
 
     # -- requests (event-loop thread) -------------------------------------
     @property
@@ -227,7 +114,7 @@ class EngineClient:
         self._fresh[request.rid] = len(request.prompt_token_ids) * request.n
         self._unfinished[request.rid] = request.n
         try:
-            self._conn.send_bytes(command)
+            self.engine.send(command)
         except OSError as exc:
             self._drop(request.rid)
             raise EngineDead(f"cannot reach the engine: {exc}") from exc
@@ -254,7 +141,7 @@ class EngineClient:
     def _send_abort(self, rid: int) -> bool:
         """ABORT to the engine; False when the pipe is gone."""
         try:
-            self._conn.send_bytes(ipc.encode_command(ipc.AbortRequest(rid)))
+            self.engine.send(ipc.encode_command(ipc.AbortRequest(rid)))
         except OSError:
             return False
         return True
@@ -267,29 +154,6 @@ class EngineClient:
         if self._texts is not None:
             self._texts.pop(rid, None)
         return self._streams.pop(rid, None)
-
-    # -- reader thread ---------------------------------------------------
-    def _read_forever(self, conn, proc, generation: int) -> None:
-        reason = "engine closed the connection"
-        try:
-            while True:
-                event = ipc.decode_event(conn.recv_bytes())
-                self._last_heard = time.monotonic()
-                if type(event) is ipc.Heartbeat:
-                    continue
-                if isinstance(event, ipc.Fatal):
-                    reason = event.message
-                    break
-                self._loop.call_soon_threadsafe(self._on_event, event)
-        except (EOFError, OSError):
-            if proc is not None:
-                proc.join(timeout=1)
-                reason = f"engine process exited (exit code {proc.exitcode})"
-        except BaseException:
-            logger.exception("engine reader thread failed")
-            reason = "engine reader thread failed"
-        if not self._closing:
-            self._loop.call_soon_threadsafe(self._on_dead, reason, generation)
 
     # -- event-loop thread -----------------------------------------------
     def _on_event(self, event) -> None:
@@ -372,74 +236,14 @@ class EngineClient:
                     break
         return self._end_all(ShuttingDown(message), FinishReason.ABORT)
 
-    def _on_dead(self, reason: str, generation: int) -> None:
-        if generation != self._generation or self.dead_reason is not None or self._closing:
-            return  # an engine already handled (the watchdog's kill, then its EOF)
+    def _on_engine_dead(self, reason: str) -> None:
+        """The engine died or hung (the supervisor restarts it): every request in flight ends."""
         logger.error("engine is dead: %s; failing %d in-flight request(s)", reason, len(self._streams))
-        self.dead_reason = reason
         self._end_all(EngineDead(reason), FinishReason.ERROR)
         for rid in self._aborting:  # aborted by their clients, the abort never processed: they end here
             self._loop.call_soon(self._fail, rid, FinishReason.ABORT)
         self._aborting.clear()
         self._loop.call_soon(self._tel.engine_gone)  # after the failures: running/waiting/KV read 0
-        if time.monotonic() - self._started_at >= _STABLE_S:
-            self._consecutive = 0
-        if self.config.in_process:
-            self.given_up = True
-            logger.error("an in-process engine is not restarted; the server stays unavailable")
-            return
-        self._loop.create_task(self._restart())
-
-    async def _restart(self) -> None:
-        """Start a new engine after a backoff; on failure try again while the budget lasts."""
-        while not self._closing:
-            if self._consecutive >= self.config.engine_restarts:
-                self.given_up = True
-                logger.error("the engine will not be restarted: %d restarts in a row (--engine-restarts %d); the "
-                             "server stays unavailable", self._consecutive, self.config.engine_restarts)
-                return
-            delay = min(_MAX_BACKOFF_S, 0.5 * 2 ** self._consecutive)
-            self._consecutive += 1
-            logger.warning("restarting the engine in %.1f s (attempt %d of %d)", delay, self._consecutive,
-                           self.config.engine_restarts)
-            await asyncio.sleep(delay)
-            self._discard_engine()
-            try:
-                ready = await asyncio.to_thread(self._launch)
-            except EngineStartError as exc:
-                logger.error("engine restart failed: %s", exc)
-                continue
-            if self._closing:
-                return
-            self.restarts += 1
-            self.engine_pid = ready.pid
-            self.dead_reason = None
-            self._start_reader()
-            logger.info("engine restarted (pid %d, %d restart(s) so far)", ready.pid, self.restarts)
-            return
-
-    def _discard_engine(self) -> None:
-        """Make sure the dead engine is gone: its pipe closed, its process reaped (killed if it lingers)."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(timeout=5)
-            self._proc = None
-
-    async def _watch(self) -> None:
-        """The watchdog: an engine not heard from for the heartbeat deadline is hung; it is
-        failed (and killed, which the reader then sees as its end)."""
-        deadline = self.config.engine_heartbeat_timeout_s
-        while not self._closing:
-            await asyncio.sleep(min(1.0, deadline / 4))
-            silent = time.monotonic() - self._last_heard
-            if self.dead_reason is None and silent > deadline:
-                self._on_dead(f"engine unresponsive: nothing heard from it for {silent:.1f} s "
-                              f"(--engine-heartbeat-timeout {deadline:g})", self._generation)
-                if self._proc is not None:
-                    self._proc.kill()
 
 
 def _still_running(out: ipc.SeqOutput, running: int) -> int:

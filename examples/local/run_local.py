@@ -2,10 +2,12 @@
 `otel-llm collector`, and a real Prometheus (Debian's `prometheus` package) scrapes
 the collector with a generated `prometheus.yml`.
 
-    python examples/local/run_local.py                  # bring it up, send a load, check, stop
-    python examples/local/run_local.py --keep-running   # ... and leave it up until Ctrl-C
-    python examples/local/run_local.py --remote-write   # ... and a second Prometheus fed by remote-write
-    python examples/local/run_local.py --vllm           # ... and a real `vllm serve` beside them (a mixed fleet)
+Run it with the project's venv (`make setup`, or `pip install 'otel-llm[all]'`):
+
+    .venv/bin/python examples/local/run_local.py        # bring it up, send a load, check, stop
+    .venv/bin/python examples/local/run_local.py --keep-running   # ... and leave it up until Ctrl-C
+    .venv/bin/python examples/local/run_local.py --remote-write   # ... and a second Prometheus fed by remote-write
+    .venv/bin/python examples/local/run_local.py --vllm           # ... and a real `vllm serve` beside them (a mixed fleet)
 
 It sends `--requests` chat completions to every server with the `openai` client,
 then waits until Prometheus reports exactly that many finished requests per
@@ -42,7 +44,11 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
-from openai import OpenAI
+try:
+    from openai import OpenAI
+except ImportError:
+    sys.exit("run_local.py needs the openai client and otel-llm's extras: run it with the project's venv "
+             "(.venv/bin/python examples/local/run_local.py after `make setup`), or pip install 'otel-llm[all]'")
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests/vllm/harness: how to build and run the CPU vLLM

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from otel_llm.export.redaction import redact_url
+
 
 def otlp_exporter(signal: str, endpoint: str | None, grpc: Callable[[], type], http: Callable[[], type]):
     """An OTLP exporter for `signal` ("traces" or "metrics").
@@ -29,3 +31,21 @@ def otlp_exporter(signal: str, endpoint: str | None, grpc: Callable[[], type], h
     if endpoint and not endpoint.rstrip("/").endswith(path):
         endpoint = endpoint.rstrip("/") + path
     return exporter(endpoint=endpoint) if endpoint else exporter()
+
+
+def otlp_destination(signal: str, endpoint: str | None = None) -> str:
+    """Where `otlp_exporter(signal, endpoint, ...)` sends, as it may be shown (credentials redacted):
+    the protocol and the URL, from `endpoint` or the environment as the SDK's exporters read it
+    (OTEL_EXPORTER_OTLP_{SIGNAL}_ENDPOINT as is; OTEL_EXPORTER_OTLP_ENDPOINT, plus `/v1/{signal}`
+    over HTTP; else localhost:4318 over HTTP, localhost:4317 over gRPC)."""
+    protocol = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    grpc = protocol == "grpc"
+    url = endpoint or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    if not url:
+        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or ("http://localhost:4317" if grpc
+                                                                  else "http://localhost:4318")
+        url = base if grpc else base.rstrip("/") + f"/v1/{signal}"
+    elif not grpc and endpoint and not url.rstrip("/").endswith(f"/v1/{signal}"):
+        url = url.rstrip("/") + f"/v1/{signal}"
+    return f"{redact_url(url)} ({protocol})"

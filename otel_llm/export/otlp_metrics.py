@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import uuid
 
 from opentelemetry.sdk.metrics.export import (
@@ -14,6 +16,8 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_llm.export.export_counts import ExportCounts
 from otel_llm.export.otlp_endpoint import otlp_exporter
+
+logger = logging.getLogger("otel_llm")
 
 
 def otlp_metric_exporter(endpoint: str | None):
@@ -31,15 +35,27 @@ def _http_exporter() -> type:
     return OTLPMetricExporter
 
 
+def export_interval_s(interval_s: float | None = None) -> float:
+    """`interval_s`, else OTEL_METRIC_EXPORT_INTERVAL (ms), else 60 s: the SDK's reading of it
+    (an unreadable value is warned about and the default used)."""
+    if interval_s is not None:
+        return interval_s
+    try:
+        return float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", 60000)) / 1000
+    except ValueError:
+        logger.warning("OTEL_METRIC_EXPORT_INTERVAL %r is not a number of ms; using 60000",
+                       os.environ["OTEL_METRIC_EXPORT_INTERVAL"])
+        return 60.0
+
+
 def otlp_metric_reader(endpoint: str | None, interval_s: float | None = None,
                        counts: ExportCounts | None = None) -> PeriodicExportingMetricReader:
-    """A periodic OTLP reader; every OTEL_METRIC_EXPORT_INTERVAL ms (60 s by default) unless `interval_s`;
-    with `counts`, its exports are counted into them (`CountingMetricExporter`)."""
-    millis = None if interval_s is None else interval_s * 1000
+    """A periodic OTLP reader, every `export_interval_s(interval_s)`; with `counts`, its exports are
+    counted into them (`CountingMetricExporter`)."""
     exporter = otlp_metric_exporter(endpoint)
     if counts is not None:
         exporter = CountingMetricExporter(exporter, counts)
-    return PeriodicExportingMetricReader(exporter, export_interval_millis=millis)
+    return PeriodicExportingMetricReader(exporter, export_interval_millis=export_interval_s(interval_s) * 1000)
 
 
 class CountingMetricExporter(MetricExporter):

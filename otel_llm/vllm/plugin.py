@@ -50,6 +50,8 @@ from vllm.v1.spec_decode.metrics import SpecDecodingProm
 from otel_llm.canonical.instruments import Kind
 from otel_llm.export.exposition import series_groups
 from otel_llm.export.metric_producer import TEMPORALITIES, attach_reader
+from otel_llm.export.otlp_endpoint import otlp_destination
+from otel_llm.export.otlp_metrics import export_interval_s
 from otel_llm.export.prom_families import FamilySet, shim_classes
 from otel_llm.shim.profiles import get_profile
 from otel_llm.vllm.stats import VllmStatsAggregator
@@ -119,8 +121,8 @@ class _OtelSide:
 
     def started(self) -> str:
         where = ("OTLP push off (OTEL_METRICS_EXPORTER=none)" if self.reader is None else
-                 f"OTLP push ({self.temporality}) as service.instance.id="
-                 f"{self.instance_id}")
+                 f"OTLP push ({self.temporality}, every {export_interval_s():g} s) to "
+                 f"{otlp_destination('metrics')} as service.instance.id={self.instance_id}")
         return (f"otel-llm stat logger ({self.mode} mode, API server {self.rank} of {self.api_servers}): "
                 f"{where}")
 

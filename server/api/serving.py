@@ -80,7 +80,7 @@ class OpenAIServing:
         self.tel = telemetry
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.max_model_len = client.max_model_len
+        self.max_model_len = client.engine.max_model_len
         self.max_num_seqs = client.config.engine.max_num_seqs  # n above it could never run
         self.admission = Admission(client, telemetry, client.config.max_num_queued_reqs,
                                    client.config.max_num_queued_tokens, client.config.admission_status)

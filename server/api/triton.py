@@ -29,7 +29,7 @@ async def server_metadata(request: Request) -> JSONResponse:
 @router.get("/v2/health/live")
 async def live(request: Request) -> Response:
     """Alive while it serves or is restarting its engine; not once it gave up (restart the server)."""
-    return Response(status_code=503 if _state(request).client.given_up else 200)
+    return Response(status_code=503 if _state(request).client.engine.given_up else 200)
 
 
 @router.get("/v2/health/ready")

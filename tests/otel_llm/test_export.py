@@ -80,3 +80,20 @@ def test_disabled_records_nothing():
     assert rec.end_step_bytes() is None
     tel.ingest(None)
     assert tel.render() == b"" and not hasattr(tel, "table")
+
+
+def test_the_otlp_destination_is_shown_as_the_exporters_resolve_it(monkeypatch):
+    from otel_llm.export.otlp_endpoint import otlp_destination
+
+    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
+        monkeypatch.delenv(var, raising=False)
+    assert otlp_destination("metrics") == "http://localhost:4318/v1/metrics (http/protobuf)"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:secret@collector:4318/")
+    assert otlp_destination("metrics") == "http://xxxxx@collector:4318/v1/metrics (http/protobuf)"  # no credentials
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://m:9/custom")
+    assert otlp_destination("metrics") == "http://m:9/custom (http/protobuf)"  # the signal's own: as is
+    assert otlp_destination("metrics", "http://c:4318") == "http://c:4318/v1/metrics (http/protobuf)"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    assert otlp_destination("metrics") == "http://xxxxx@collector:4318/ (grpc)"  # gRPC: the endpoint as is

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import re
 import socket
 import statistics
 import subprocess
@@ -214,7 +215,9 @@ def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict
 def test_vllm_lists_and_loads_the_plugin(add_run):
     log = add_run["log"]
     assert "otel_llm -> otel_llm.vllm.plugin:StatLogger" in log
-    assert "otel-llm stat logger (add mode, API server 0 of 1): OTLP push (cumulative)" in log
+    # says where it pushes, and how often
+    assert re.search(r"otel-llm stat logger \(add mode, API server 0 of 1\): OTLP push \(cumulative, every 0\.5 s\) "
+                     r"to http://127\.0\.0\.1:\d+/v1/metrics \(http/protobuf\)", log)
     assert "Traceback" not in log
     assert "Avg prompt throughput" in log  # vLLM's periodic log line stays (VLLM_LOG_STATS_INTERVAL=1 here)
 
@@ -459,7 +462,7 @@ def two_servers_run(model_dir):
 def test_two_api_servers_push_their_shares_and_the_collector_sums_them_exactly(two_servers_run):
     log = two_servers_run["log"]
     for rank in (0, 1):
-        assert f"otel-llm stat logger (add mode, API server {rank} of 2): OTLP push (delta)" in log
+        assert f"otel-llm stat logger (add mode, API server {rank} of 2): OTLP push (delta, every 0.5 s) to" in log
     assert "Traceback" not in log
     # vLLM's own behaviour, documented: no periodic log line with several API servers
     assert "disabling stats logging" in log and "Avg prompt throughput" not in log

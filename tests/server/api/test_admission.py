@@ -184,7 +184,8 @@ def test_engine_client_counts_sequences_and_prefill_backlog_as_vllm_does():
     async def scenario() -> list:
         client = EngineClient(ServerConfig(engine_restarts=0))
         client._loop, client._tel, client._texts = asyncio.get_running_loop(), _NoTelemetry(), None
-        client._conn, engine_end = mp.Pipe()
+        client.engine._conn, engine_end = mp.Pipe()
+        client.engine._loop = client._loop
         counts = []
 
         def note() -> None:
@@ -203,7 +204,7 @@ def test_engine_client_counts_sequences_and_prefill_backlog_as_vllm_does():
         client.add(ipc.AddRequest(3, [1] * 5, n=2))
         client.abort(3, 2)
         note()  # an aborted request stops counting at once (vLLM: OutputProcessor.abort_requests)
-        client._conn.close()
+        client.engine._conn.close()
         engine_end.close()
         return counts
 

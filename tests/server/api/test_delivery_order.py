@@ -42,7 +42,8 @@ async def _scenario() -> list:
     log: list = []
     client = EngineClient(ServerConfig(engine_restarts=0))
     client._loop, client._tel, client._texts = asyncio.get_running_loop(), _OrderLog(log), None
-    client._conn, engine_end = mp.Pipe()
+    client.engine._conn, engine_end = mp.Pipe()
+    client.engine._loop = client._loop
 
     async def consume(rid: int, queue: asyncio.Queue) -> None:
         while True:
@@ -67,9 +68,9 @@ async def _scenario() -> list:
     await asyncio.sleep(0.01)
     log.append("|")
     client._on_event(ipc.Step([_out(1), _out(2)], b"C"))
-    client._on_dead("engine process exited (exit code 9)", client._generation)
+    client.engine._on_dead("engine process exited (exit code 9)", client.engine._generation)
     await asyncio.gather(*consumers)
-    client._conn.close()
+    client.engine._conn.close()
     engine_end.close()
     return log
 
