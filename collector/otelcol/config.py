@@ -50,7 +50,7 @@ from otel_llm.collector.otelcol.traces import header_lines as _traces_header
 from otel_llm.collector.otelcol.traces import traces_part
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
-from otel_llm.shim.profile import Family, Profile
+from otel_llm.shim.profile import Profile, ProfileFamily
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
 PROFILES = ("vllm", "otel")  # the profiles whose every family is a rename (see the module docstring)
@@ -62,7 +62,7 @@ def _ottl(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def target_name(fam: Family) -> str:
+def target_name(fam: ProfileFamily) -> str:
     """The final Prometheus name: suffixes are off, so a counter's `_total` is part of the rename."""
     return fam.name + "_total" if _INSTRUMENTS[fam.canonical].kind is Kind.COUNTER else fam.name
 
@@ -107,7 +107,7 @@ def _rename(old: str, new: str, values: dict[str, str] | None = None) -> list[di
     return [op]
 
 
-def _transform(profile: Profile, fam: Family) -> dict:
+def _transform(profile: Profile, fam: ProfileFamily) -> dict:
     ops: list[dict] = []
     # The family's own base labels, if it has them (vLLM's frontend counters: no engine; engines summed).
     base = {MODEL_ATTRIBUTE: profile.model_label, ENGINE_ATTRIBUTE: profile.engine_label} if fam.base is None else {

@@ -60,8 +60,7 @@ from otel_llm.canonical.instruments import (
 )
 from otel_llm.collector.pdata import metrics_wire as wire
 from otel_llm.export.exposition import cache_value, series_groups
-from otel_llm.shim.profile import Family as ProfileFamily
-from otel_llm.shim.profile import Profile
+from otel_llm.shim.profile import Profile, ProfileFamily
 from otel_llm.shim.profiles import get_profile
 from otel_llm.shim.prometheus_naming import label_name, metric_name
 

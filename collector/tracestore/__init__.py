@@ -1,1 +1,3 @@
-"""The trace store (`--trace-store DIR`): spans in SQLite (`store`), what it answers in and how it matches (`query`), and OTLP/JSON files loaded into one (`otlp_file`)."""
+"""The trace store (`--trace-store DIR`): spans in SQLite (`store`), what it answers in and how it
+matches (`query`), and OTLP/JSON files loaded into one (`otlp_file`).
+"""

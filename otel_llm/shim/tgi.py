@@ -45,7 +45,7 @@ step, `n`, and the finish reason of each request (TGI's success counter has no l
 from __future__ import annotations
 
 from otel_llm.canonical.instruments import CACHE_CONFIG_INFO
-from otel_llm.shim.profile import Family, Profile
+from otel_llm.shim.profile import Profile, ProfileFamily
 
 _SUCCESS = {"otel_llm.finish_reason": ("stop", "length", "repetition")}
 _FAILURE = {"otel_llm.finish_reason": ("abort", "error")}
@@ -69,28 +69,28 @@ def linear_buckets(limit: int) -> tuple[float, ...]:
 def tgi_profile(max_model_len: int) -> Profile:
     dur, tokens = duration_buckets(), linear_buckets(max_model_len)
     fams = [
-        Family("otel_llm.scheduler.waiting", "tgi_queue_size", help="Current queue size"),
-        Family("otel_llm.scheduler.running", "tgi_batch_current_size", help="Current batch size"),
+        ProfileFamily("otel_llm.scheduler.waiting", "tgi_queue_size", help="Current queue size"),
+        ProfileFamily("otel_llm.scheduler.running", "tgi_batch_current_size", help="Current batch size"),
         # TGI describes "tgi_batch_total_tokens" but sets "tgi_batch_max_total_tokens": no HELP.
-        Family(CACHE_CONFIG_INFO, "tgi_batch_max_total_tokens", cache_key=("block_size", "num_gpu_blocks"),
-               help=""),
-        Family("otel_llm.request.finished", "tgi_request_count", help="Total number of requests"),
-        Family("otel_llm.request.finished", "tgi_request_success", only=_SUCCESS,
-               help="Number of successful requests"),
-        Family("otel_llm.request.finished", "tgi_request_failure", _ERR, only=_FAILURE, help=""),
-        Family("gen_ai.server.request.duration", "tgi_request_duration", buckets=dur, only=_SUCCESS,
-               help="Request duration"),
-        Family("otel_llm.request.queue.duration", "tgi_request_queue_duration", buckets=dur,
-               help="Request queue duration"),
-        Family("otel_llm.request.inference.duration", "tgi_request_inference_duration", buckets=dur,
-               help="Request inference duration"),
-        Family("gen_ai.server.time_per_output_token", "tgi_request_mean_time_per_token_duration", buckets=dur,
-               help="Mean time per token per request"),
-        Family("otel_llm.request.prompt_tokens", "tgi_request_input_length", buckets=tokens,
-               help="Input token length per request"),
-        Family("otel_llm.request.generation_tokens", "tgi_request_generated_tokens", buckets=tokens,
-               help="Generated tokens per request"),
-        Family("otel_llm.request.max_generation_tokens", "tgi_request_max_new_tokens", buckets=tokens,
-               help="Maximum new tokens per request"),
+        ProfileFamily(CACHE_CONFIG_INFO, "tgi_batch_max_total_tokens", cache_key=("block_size", "num_gpu_blocks"),
+                      help=""),
+        ProfileFamily("otel_llm.request.finished", "tgi_request_count", help="Total number of requests"),
+        ProfileFamily("otel_llm.request.finished", "tgi_request_success", only=_SUCCESS,
+                      help="Number of successful requests"),
+        ProfileFamily("otel_llm.request.finished", "tgi_request_failure", _ERR, only=_FAILURE, help=""),
+        ProfileFamily("gen_ai.server.request.duration", "tgi_request_duration", buckets=dur, only=_SUCCESS,
+                      help="Request duration"),
+        ProfileFamily("otel_llm.request.queue.duration", "tgi_request_queue_duration", buckets=dur,
+                      help="Request queue duration"),
+        ProfileFamily("otel_llm.request.inference.duration", "tgi_request_inference_duration", buckets=dur,
+                      help="Request inference duration"),
+        ProfileFamily("gen_ai.server.time_per_output_token", "tgi_request_mean_time_per_token_duration", buckets=dur,
+                      help="Mean time per token per request"),
+        ProfileFamily("otel_llm.request.prompt_tokens", "tgi_request_input_length", buckets=tokens,
+                      help="Input token length per request"),
+        ProfileFamily("otel_llm.request.generation_tokens", "tgi_request_generated_tokens", buckets=tokens,
+                      help="Generated tokens per request"),
+        ProfileFamily("otel_llm.request.max_generation_tokens", "tgi_request_max_new_tokens", buckets=tokens,
+                      help="Maximum new tokens per request"),
     ]
     return Profile("tgi", "", "", tuple(fams), False, base=(), counter_suffix="", openmetrics=False)

@@ -41,7 +41,7 @@ max_tokens, and the finish reason of each success.
 from __future__ import annotations
 
 from otel_llm.canonical.instruments import CACHE_CONFIG_INFO
-from otel_llm.shim.profile import Family, Profile
+from otel_llm.shim.profile import Profile, ProfileFamily
 
 _SUCCESS = {"otel_llm.finish_reason": ("stop", "length", "repetition")}
 _FAILURE = {"otel_llm.finish_reason": ("abort", "error")}
@@ -51,47 +51,47 @@ FIRST_RESPONSE_MS = (100.0, 500.0, 2000.0, 5000.0)  # metric_model_reporter.h: k
 TOKEN_LEN = (10.0, 50.0, 100.0, 500.0, 1000.0)  # custom_metrics_reporter.cc: nv_llm_*_token_len
 
 
-def _request_type(canonical: str, value: str) -> Family:
-    return Family(canonical, "nv_trt_llm_request_metrics", const=(("request_type", value),),
-                  help="TRT LLM request metrics")
+def _request_type(canonical: str, value: str) -> ProfileFamily:
+    return ProfileFamily(canonical, "nv_trt_llm_request_metrics", const=(("request_type", value),),
+                         help="TRT LLM request metrics")
 
 
-def _kv_block(canonical: str, value: str, cache_key: tuple[str, ...] = ()) -> Family:
-    return Family(canonical, "nv_trt_llm_kv_cache_block_metrics", const=(("kv_cache_block_type", value),),
-                  cache_key=cache_key, help="TRT LLM KV cache block metrics")
+def _kv_block(canonical: str, value: str, cache_key: tuple[str, ...] = ()) -> ProfileFamily:
+    return ProfileFamily(canonical, "nv_trt_llm_kv_cache_block_metrics", const=(("kv_cache_block_type", value),),
+                         cache_key=cache_key, help="TRT LLM KV cache block metrics")
 
 
 def triton_profile(max_model_len: int) -> Profile:
     fams = [
-        Family("otel_llm.request.finished", "nv_inference_request_success", only=_SUCCESS,
-               help="Number of successful inference requests, all batch sizes"),
-        Family("otel_llm.request.finished", "nv_inference_request_failure", _REASON, only=_FAILURE,
-               help="Number of failed inference requests, all batch sizes"),
-        Family("otel_llm.request.finished", "nv_inference_count", only=_SUCCESS,
-               help="Number of inferences performed (does not include cached requests)"),
-        Family("otel_llm.step.tokens", "nv_inference_exec_count", part="count",
-               help="Number of model executions performed (does not include cached requests)"),
-        Family("gen_ai.server.request.duration", "nv_inference_request_duration_us", scale=_US, part="sum",
-               only=_SUCCESS, help="Cumulative inference request duration in microseconds (includes cached requests)"),
-        Family("otel_llm.request.queue.duration", "nv_inference_queue_duration_us", scale=_US, part="sum",
-               help="Cumulative inference queuing duration in microseconds (includes cached requests)"),
-        Family("otel_llm.request.prefill.duration", "nv_inference_compute_input_duration_us", scale=_US, part="sum",
-               help="Cumulative compute input duration in microseconds (does not include cached requests)"),
-        Family("otel_llm.request.decode.duration", "nv_inference_compute_infer_duration_us", scale=_US, part="sum",
-               help="Cumulative compute inference duration in microseconds (does not include cached requests)"),
-        Family("otel_llm.scheduler.waiting", "nv_inference_pending_request_count",
-               help="Instantaneous number of pending requests awaiting execution per-model."),
-        Family("gen_ai.server.time_to_first_token", "nv_inference_first_response_histogram_ms",
-               buckets=FIRST_RESPONSE_MS, scale=1e3, help="Duration from request to first response in milliseconds"),
+        ProfileFamily("otel_llm.request.finished", "nv_inference_request_success", only=_SUCCESS,
+                      help="Number of successful inference requests, all batch sizes"),
+        ProfileFamily("otel_llm.request.finished", "nv_inference_request_failure", _REASON, only=_FAILURE,
+                      help="Number of failed inference requests, all batch sizes"),
+        ProfileFamily("otel_llm.request.finished", "nv_inference_count", only=_SUCCESS,
+                      help="Number of inferences performed (does not include cached requests)"),
+        ProfileFamily("otel_llm.step.tokens", "nv_inference_exec_count", part="count",
+                      help="Number of model executions performed (does not include cached requests)"),
+        ProfileFamily("gen_ai.server.request.duration", "nv_inference_request_duration_us", scale=_US, part="sum",
+                      only=_SUCCESS, help="Cumulative inference request duration in microseconds (includes cached requests)"),
+        ProfileFamily("otel_llm.request.queue.duration", "nv_inference_queue_duration_us", scale=_US, part="sum",
+                      help="Cumulative inference queuing duration in microseconds (includes cached requests)"),
+        ProfileFamily("otel_llm.request.prefill.duration", "nv_inference_compute_input_duration_us", scale=_US, part="sum",
+                      help="Cumulative compute input duration in microseconds (does not include cached requests)"),
+        ProfileFamily("otel_llm.request.decode.duration", "nv_inference_compute_infer_duration_us", scale=_US, part="sum",
+                      help="Cumulative compute inference duration in microseconds (does not include cached requests)"),
+        ProfileFamily("otel_llm.scheduler.waiting", "nv_inference_pending_request_count",
+                      help="Instantaneous number of pending requests awaiting execution per-model."),
+        ProfileFamily("gen_ai.server.time_to_first_token", "nv_inference_first_response_histogram_ms",
+                      buckets=FIRST_RESPONSE_MS, scale=1e3, help="Duration from request to first response in milliseconds"),
         _request_type("otel_llm.scheduler.waiting", "waiting"),
         _request_type("otel_llm.scheduler.running", "scheduled"),
         _kv_block("otel_llm.kv_cache.usage", "fraction"),
         _kv_block(CACHE_CONFIG_INFO, "tokens_per", ("block_size",)),
         _kv_block(CACHE_CONFIG_INFO, "max", ("num_gpu_blocks",)),
-        Family("otel_llm.request.prompt_tokens", "nv_llm_input_token_len", buckets=TOKEN_LEN,
-               const=(("response_metric_type", "total_input_tokens"),), help="TRT LLM response metrics"),
-        Family("otel_llm.request.generation_tokens", "nv_llm_output_token_len", buckets=TOKEN_LEN,
-               const=(("response_metric_type", "total_output_tokens"),), help="TRT LLM response metrics"),
+        ProfileFamily("otel_llm.request.prompt_tokens", "nv_llm_input_token_len", buckets=TOKEN_LEN,
+                      const=(("response_metric_type", "total_input_tokens"),), help="TRT LLM response metrics"),
+        ProfileFamily("otel_llm.request.generation_tokens", "nv_llm_output_token_len", buckets=TOKEN_LEN,
+                      const=(("response_metric_type", "total_output_tokens"),), help="TRT LLM response metrics"),
     ]
     return Profile("triton", "model", "version", tuple(fams), True,
                    base=(("model", "model"), ("version", "version")), counter_suffix="", openmetrics=False)

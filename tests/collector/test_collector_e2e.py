@@ -24,8 +24,8 @@ from opentelemetry.sdk.resources import Resource
 from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
 from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.shim.profiles import PROFILE_NAMES
+from tests.collector.exporter.prometheus.test_metric_store import serve_some
 from tests.collector.otlp_builders import counter, request, samples
-from tests.collector.test_metric_store import serve_some
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
 from tests.server.api.api_server_harness import ServerProcess, wait_until

@@ -109,7 +109,7 @@ def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
     from otel_llm.collector.exporter.otlp import OtlpExporter, OtlpExporterConfig
     from otel_llm.collector.exporter.queue import QueueConfig
     from otel_llm.collector.trace_pipeline import TracePipeline
-    from tests.collector.test_trace_exporter import spans_request
+    from tests.collector.exporter.test_otlp import spans_request
     from tests.harness.scripted_http import ScriptedReceiver
 
     stalled = ScriptedReceiver()

@@ -1,5 +1,6 @@
 """examples/local end to end: three real servers -> the collector -> a real Prometheus scraping it and
-another receiving its remote-write, and every request's trace in the collector's store."""
+another receiving its remote-write, and every request's trace in the collector's store; and a mixed
+fleet with a real vLLM pushing through otel-llm's plugin."""
 
 import json
 import subprocess
@@ -31,18 +32,22 @@ def test_local_stack_counts_every_request_exactly(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_mixed_fleet_real_vllm_scraped_beside_an_otel_llm_server(tmp_path):
-    """`--vllm`: a real, unmodified vLLM (scraped, its spans given phases) and an otel-llm server (pushing)
-    read through one profile in a real Prometheus: per instance, what each server's own /metrics says."""
+def test_a_mixed_fleet_real_vllm_with_the_plugin_beside_an_otel_llm_server(tmp_path):
+    """`--vllm`: a real, unmodified vLLM with otel-llm's plugin (pushing over OTLP, its spans given
+    phases) and an otel-llm server (pushing) read through one profile in a real Prometheus: per job and
+    instance, what each server's own /metrics says."""
     proc = subprocess.run([sys.executable, "examples/local/run_local.py", "--servers", "1", "--requests", "3",
                            "--vllm", "--workdir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout[proc.stdout.index("{\n"):proc.stdout.rindex("}") + 1])
     own, per_instance = report["own_metrics"], report["scrape"]["per_instance"]
-    [vllm_instance] = [k for k in own if k != "servers"]
-    assert own[vllm_instance] == per_instance[vllm_instance] == 3  # vLLM: instance is its host:port
-    assert sorted(v for k, v in per_instance.items() if k != vllm_instance) == own["servers"] == [3]
+    assert report["vllm_metrics_path"] == "otel-llm plugin (OTLP push)"
+    assert own["vllm"] == 3 and own["servers"] == [3]
+    assert sorted(per_instance.values()) == [3, 3]  # vLLM's instance is its service.instance.id
     assert report["scrape"]["sum_request_success_total"] == 6
     assert report["vllm_traces_with_phases"] == 3 and report["traces_stored"] == 3
-    assert f"scraping http://{vllm_instance}/metrics every 1s (job vllm)" in (tmp_path / "collector.log").read_text()
+    assert "scraping" not in (tmp_path / "collector.log").read_text()  # pushed, not scraped
+    vllm_log = (tmp_path / "vllm.log").read_text()
+    assert "otel-llm stat logger (add mode, API server 0 of 1): OTLP push (cumulative, every 1 s) to http://127.0.0.1:" \
+        in vllm_log

@@ -1,1 +1,3 @@
-"""The Prometheus exporter: the metric store (OTLP points in, Prometheus series out, under the shim's names), its text/OpenMetrics exposition, and the scrape endpoint serving it."""
+"""The Prometheus exporter: the metric store (OTLP points in, Prometheus series out, under the shim's
+names), its text/OpenMetrics exposition, and the scrape endpoint serving it.
+"""

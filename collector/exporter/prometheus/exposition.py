@@ -21,7 +21,7 @@ from decimal import Decimal
 import numpy as np
 
 from otel_llm.canonical.instruments import Kind
-from otel_llm.collector.exporter.prometheus.metric_store import Family, Group, MetricStore
+from otel_llm.collector.exporter.prometheus.metric_store import Group, MetricStore, StoreFamily
 from otel_llm.export.exposition import SelfFamily, family_header, format_value, label_text, self_family_lines
 
 
@@ -52,7 +52,7 @@ def render(store: MetricStore, openmetrics: bool = False, own: tuple[SelfFamily,
     return "\n".join(lines).encode()
 
 
-def number(family: Family, group: Group) -> float:
+def number(family: StoreFamily, group: Group) -> float:
     """A counter's or gauge's exposed value: its members summed (a gauge: the newest), in the family's unit."""
     members = group.members
     if not members:
@@ -67,7 +67,7 @@ def number(family: Family, group: Group) -> float:
     return sum(s.value for s in members) * family.scale
 
 
-def _histograms(lines: list[str], family: Family, openmetrics: bool) -> None:
+def _histograms(lines: list[str], family: StoreFamily, openmetrics: bool) -> None:
     """All series of a histogram family. Their bucket counts (usually of one shape) are summed per
     exposed series and made cumulative in a few array operations for the whole family."""
     groups, members, starts = [], [], []
@@ -87,7 +87,7 @@ def _histograms(lines: list[str], family: Family, openmetrics: bool) -> None:
     _emit(lines, family, groups, members, starts, openmetrics)
 
 
-def _emit(lines, family: Family, groups: list[Group], members: list, starts: list[int], openmetrics: bool) -> None:
+def _emit(lines, family: StoreFamily, groups: list[Group], members: list, starts: list[int], openmetrics: bool) -> None:
     """`groups` share one bucket layout; group i sums members[starts[i]:starts[i+1]]."""
     counts = np.frombuffer(b"".join(s.counts for s in members), "<u8").reshape(len(members), -1)
     if len(members) != len(groups):
@@ -112,7 +112,7 @@ def _emit(lines, family: Family, groups: list[Group], members: list, starts: lis
         lines.append(p_count + str(row[-1]))
 
 
-def histogram_prefixes(family: Family, group: Group):
+def histogram_prefixes(family: StoreFamily, group: Group):
     """(bucket line prefixes, positions of the exposed bounds among the input's, the exposed bounds in the
     input's unit, the `le` texts, _sum prefix, _count prefix)."""
     bounds = group.bounds

@@ -100,7 +100,7 @@ class Group:
     __slots__ = ("family", "labels", "pairs", "sender", "members", "bounds", "bounds_raw", "bounds_list", "cache",
                  "shown")
 
-    def __init__(self, family: Family, pairs: Pairs, sender: Pairs, shown: bool = True):
+    def __init__(self, family: StoreFamily, pairs: Pairs, sender: Pairs, shown: bool = True):
         self.family, self.pairs, self.shown = family, pairs, shown  # shown False: series the profile leaves out
         self.labels = label_text(pairs) if shown else "\x00" + label_text(pairs)  # the key in family.groups
         self.sender = sender  # the resource's (job, instance) pairs: pre-created siblings leave with their sender
@@ -127,7 +127,7 @@ class MetricSeries:
         self.own = self.overflowed = 0
 
 
-class Family:
+class StoreFamily:
     """One exposed Prometheus family, shaped by the route that first fed it (families of one name in a
     profile, as Triton's `nv_trt_llm_*`, share kind, unit and part)."""
 
@@ -148,7 +148,7 @@ class MetricStore:
         self.config = config or StoreConfig()
         self.router = Router(self.config.profile)
         self.lock = threading.Lock()
-        self.families: dict[str, Family] = {}
+        self.families: dict[str, StoreFamily] = {}
         self.resources: dict[bytes, ResourceInfo] = {}
         self._metrics: dict[tuple, MetricSeries] = {}  # (resource, scope, metric name) -> its series
         self._num_series = 0
@@ -346,7 +346,7 @@ class MetricStore:
             return None, f"cardinality limit of {limit} series per metric and sender exceeded, overflow series full"
         family = self.families.get(route.family)
         if family is None:
-            family = self.families[route.family] = Family(route)
+            family = self.families[route.family] = StoreFamily(route)
         elif family.kind is not route.kind:
             return None, f"{route.family} is already a {family.kind.value}, not a {route.kind.value}"
         candidate = Group(family, place.pairs, resource.pairs, place.shown)

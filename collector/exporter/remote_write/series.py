@@ -26,7 +26,7 @@ import numpy as np
 
 from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.exposition import histogram_prefixes, latest_exemplars, number
-from otel_llm.collector.exporter.prometheus.metric_store import Family, Group, MetricStore
+from otel_llm.collector.exporter.prometheus.metric_store import Group, MetricStore, StoreFamily
 from otel_llm.collector.exporter.remote_write.proto import STALE_NAN, PrwExemplar, PrwSeries
 
 
@@ -95,7 +95,7 @@ def _labels(name: str, pairs, extra: tuple = ()) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((("__name__", name),) + tuple((k, v) for k, v in pairs if v) + extra))
 
 
-def _samples(out: list[PrwSeries], family: Family, group: Group, ts_ms: int) -> None:
+def _samples(out: list[PrwSeries], family: StoreFamily, group: Group, ts_ms: int) -> None:
     members = group.members
     if family.kind is not Kind.HISTOGRAM:
         suffix = family.suffix if family.kind is Kind.COUNTER else ""

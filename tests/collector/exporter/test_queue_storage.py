@@ -12,7 +12,7 @@ import pytest
 from benchmarks.collector_bench import CollectorProcess
 from otel_llm.collector.exporter.queue_storage import SqliteStorage, storage_path
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig
-from tests.collector.test_trace_exporter import spans_request
+from tests.collector.exporter.test_otlp import spans_request
 from tests.harness import free_port
 from tests.harness.memory_sink import MemorySink
 from tests.server.api.api_server_harness import wait_until

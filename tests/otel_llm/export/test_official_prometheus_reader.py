@@ -13,7 +13,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.otel_llm.conftest import Harness
-from tests.otel_llm.test_exposition import workload
+from tests.otel_llm.export.test_exposition import workload
 
 PROCESS = ("process_", "python_", "target_info")  # prometheus_client's own collectors, the resource
 ONLY_OFFICIAL_LABELS = {"otel_scope_name", "otel_scope_schema_url", "otel_scope_version", "gen_ai_provider_name"}

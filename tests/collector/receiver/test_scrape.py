@@ -23,7 +23,7 @@ from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
 from otel_llm.collector.service import Collector, CollectorConfig
 from tests.harness.ports import free_port
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 VLLM_TEXT = (DATA / "vllm_metrics.txt").read_text()  # a real vLLM 0.32 /metrics after a mixed load
 VLLM_OPENMETRICS = (DATA / "vllm_metrics.openmetrics.txt").read_text()  # its /metrics/ (OpenMetrics)
 

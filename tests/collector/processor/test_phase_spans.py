@@ -22,7 +22,7 @@ from otel_llm.collector.tracestore.store import TraceStoreConfig
 from tests.collector.otlp_builders import kvs
 from tests.server.api.api_server_harness import wait_until
 
-SPANS = Path(__file__).parent / "data/vllm_llm_request_spans.json"  # as vLLM 0.32 sent them (shared/reference)
+SPANS = Path(__file__).parents[1] / "data/vllm_llm_request_spans.json"  # as vLLM 0.32 sent them (shared/reference)
 LATENCIES = ("gen_ai.latency.time_in_queue", "gen_ai.latency.time_in_model_prefill",
              "gen_ai.latency.time_in_model_decode")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord, TelemetryConfig
-from tests.otel_llm.test_request_table import MS, S
+from tests.otel_llm.frontend.test_request_table import MS, S
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.timeline.plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
 from otel_llm.server.engine_process import engine_pids
-from tests.collector.test_phase_spans import vllm_request, vllm_spans
+from tests.collector.processor.test_phase_spans import vllm_request, vllm_spans
 from tests.server.api.api_server_harness import REPO, ServerProcess, sample, wait_until
 
 PHASES = ("queue", "prefill", "decode")

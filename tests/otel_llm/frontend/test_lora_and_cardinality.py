@@ -34,7 +34,7 @@ from otel_llm.export.metric_producer import attach_reader
 from otel_llm.shim.profiles import get_profile
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
-from tests.otel_llm.test_gie import VLLM, MetricFamily, parse_string_to_spec, text_to_metric_families
+from tests.otel_llm.shim.test_gie import VLLM, MetricFamily, parse_string_to_spec, text_to_metric_families
 
 S, MS = 1_000_000_000, 1_000_000
 INFO = "vllm:lora_requests_info"

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otel_llm import StepRecorder, Telemetry, TelemetryConfig
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from tests.harness.memory_sink import MemorySink
-from tests.otel_llm.test_exposition import workload
+from tests.otel_llm.export.test_exposition import workload
 
 
 def test_in_memory_reader_gets_canonical_metrics(h):

@@ -4,7 +4,7 @@ from opentelemetry.trace import SpanKind
 
 from otel_llm import FinishReason, RequestInfo
 from tests.otel_llm.conftest import Harness
-from tests.otel_llm.test_request_table import MS, S, run_timeline
+from tests.otel_llm.frontend.test_request_table import MS, S, run_timeline
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

@@ -7,8 +7,8 @@ import pytest
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.frontend.stat_logger import StatLogger
 from otel_llm.frontend.triton_stats import UnknownModel, statistics_response
-from tests.otel_llm.test_exposition import workload
-from tests.otel_llm.test_request_table import MS, run_timeline
+from tests.otel_llm.export.test_exposition import workload
+from tests.otel_llm.frontend.test_request_table import MS, run_timeline
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ import pytest
 
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.frontend.request_table import FOLD_BATCH
-
-from .conftest import Harness
+from tests.otel_llm.conftest import Harness
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from otel_llm.collector.extension.jaeger_query import JaegerQueryApi
 from otel_llm.collector.timeline.rows import load, rows_from_traces
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
-from tests.collector.test_trace_store import T0_NS, add, kvs, llm_spans, request, sid, tid
+from tests.collector.tracestore.test_store import T0_NS, add, kvs, llm_spans, request, sid, tid
 
 ENVELOPE = ["data", "total", "limit", "offset", "errors"]
 

@@ -18,7 +18,7 @@ from otel_llm.export.otlp_traces import otlp_span_exporter
 from otel_llm.export.span_encoding import FastOTLPSpanExporter, encode_spans
 from tests.harness.memory_sink import MemorySink
 from tests.otel_llm.conftest import Harness
-from tests.otel_llm.test_request_table import run_timeline
+from tests.otel_llm.frontend.test_request_table import run_timeline
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 ODD_VALUES = {

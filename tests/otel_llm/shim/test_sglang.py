@@ -22,7 +22,7 @@ from otel_llm.shim.profiles import get_profile
 from tests.harness.prometheus import promtool_check_metrics
 from tests.otel_llm.conftest import Harness
 
-DEFS = Path(__file__).parent / "data/sglang-metric-defs.tsv"
+DEFS = Path(__file__).parents[1] / "data/sglang-metric-defs.tsv"
 COLLECTOR = "srt/observability/metrics_collector.py"
 # metrics_collector.py (sglang 0.5.23 wheel): the two collector classes' line spans and their `labels`.
 SCHEDULER = range(334, 1804)  # class SchedulerMetricsCollector; labels built in init_new (l. 1364-1370)

@@ -10,8 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otel_llm.collector.processor.phase_spans import PhaseSpans
 from otel_llm.collector.timeline.rows import LoadPoint, RowFilter, TimelineRow, load, rows_from_traces
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
-from tests.collector.test_phase_spans import vllm_request
-from tests.collector.test_trace_store import T0_NS, add, llm_spans, request, tid
+from tests.collector.processor.test_phase_spans import vllm_request
+from tests.collector.tracestore.test_store import T0_NS, add, llm_spans, request, tid
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import pytest
 
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.frontend import request_table as rt
-
-from .conftest import Harness
+from tests.otel_llm.conftest import Harness
 
 
 @pytest.fixture

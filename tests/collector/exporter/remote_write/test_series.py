@@ -10,9 +10,9 @@ from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, Sto
 from otel_llm.collector.exporter.remote_write.proto import STALE_NAN
 from otel_llm.collector.exporter.remote_write.series import RemoteWriteSeries
 from otel_llm.shim.profiles import PROFILE_NAMES
+from tests.collector.exporter.prometheus.test_metric_store import otlp_of
 from tests.collector.otlp_builders import SEC, counter, histogram, request, samples
-from tests.collector.test_metric_routes import CACHE, drive
-from tests.collector.test_metric_store import otlp_of
+from tests.collector.processor.test_metric_routes import CACHE, drive
 from tests.otel_llm.conftest import Harness
 
 TRACE, SPAN = bytes(range(16)), bytes(range(8))
