@@ -140,6 +140,36 @@ def unsupported_field(req: BaseModel) -> str | None:
     return None
 
 
+def unencodable_field(value, path: str = "") -> str | None:
+    """The field (`messages.0.content`, as validation errors name fields) of the first string in a
+    request that UTF-8 cannot encode, else None. JSON's escapes allow a lone UTF-16 surrogate
+    ("\\ud800"), which no tokenizer, encoder or exporter downstream can take: such a request is a 400
+    naming the field, never a 500 or a lost span. ASCII strings cost one scan each."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    if isinstance(value, BaseModel):
+        items = ((name, getattr(value, name)) for name in type(value).model_fields)
+    elif isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        if isinstance(key, str) and unencodable_field(key) is not None:
+            return f"{path or 'body'} (one of its keys)"  # the key is the bad string: not part of the name
+        found = unencodable_field(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
 class InvalidField(ValueError):
     """A value OpenAI's API would refuse; `param` names the field (a 400)."""
 

@@ -12,12 +12,17 @@ Values it does not know (anything but str, bool, int64, float, bytes, and
 sequences or mappings of those) raise `TypeError`; `FastOTLPSpanExporter`
 then falls back to the SDK's encoder for that batch.
 
+A string UTF-8 cannot encode (a lone UTF-16 surrogate such as "\ud800", which JSON's escapes and
+Python's str allow) never fails a batch: each such character is written as U+FFFD and counted
+(`replaced_characters`), the rest of the string and of the batch as they are.
+
 `FastOTLPSpanExporter` is the SDK's OTLP/HTTP span exporter (endpoint, headers,
 compression, timeout, retries: all its own) sending these bytes.
 """
 
 from __future__ import annotations
 
+import codecs
 import struct
 from collections.abc import Mapping, Sequence
 
@@ -32,6 +37,25 @@ _fixed64 = struct.Struct("<Q").pack
 _double = struct.Struct("<d").pack
 _VARINT = [bytes([i]) for i in range(128)]
 _CACHE_LIMIT = 4096  # keys / resources / scopes kept encoded; beyond it they are encoded each time
+_REPLACE = "otel_llm.span_encoding.replace"  # the codec error handler below: U+FFFD, counted
+_replaced = [0]  # characters replaced so far, in this process (an int in a list: one writer at a time)
+
+
+def _replace(error: UnicodeEncodeError) -> tuple[bytes, int]:
+    _replaced[0] += error.end - error.start
+    return "\ufffd".encode() * (error.end - error.start), error.end  # bytes: UTF-8 takes only ASCII str
+
+
+codecs.register_error(_REPLACE, _replace)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", _REPLACE)
+
+
+def replaced_characters() -> int:
+    """Characters of span strings written as U+FFFD because UTF-8 cannot encode them, so far."""
+    return _replaced[0]
 
 
 def _varint(n: int) -> bytes:
@@ -54,7 +78,7 @@ def _field(tag: bytes, payload: bytes) -> bytes:
 
 def _any_value(v) -> bytes:
     if isinstance(v, str):
-        return _field(b"\x0a", v.encode())
+        return _field(b"\x0a", v.encode("utf-8", _REPLACE))
     if isinstance(v, bool):
         return b"\x10\x01" if v else b"\x10\x00"
     if isinstance(v, int):
@@ -83,11 +107,11 @@ def _attributes(tag: bytes, attributes) -> bytes:
     for key, value in getattr(attributes, "_dict", attributes).items():  # BoundedAttributes: skip its slow Mapping view
         k = _KEYS.get(key)
         if k is None:
-            k = _field(b"\x0a", key.encode())
+            k = _field(b"\x0a", _utf8(key))
             if len(_KEYS) < _CACHE_LIMIT:
                 _KEYS[key] = k
         if value.__class__ is str:  # the common case, inlined
-            v = value.encode()
+            v = value.encode("utf-8", _REPLACE)
             v = b"\x0a" + _varint(len(v)) + v
         else:
             v = _any_value(value)
@@ -100,18 +124,19 @@ def _span(s) -> bytes:
     ctx, parent = s.context, s.parent
     out = [
         b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"), b"\x12\x08", ctx.span_id.to_bytes(8, "big"),
-        _field(b"\x2a", s.name.encode()), b"\x30", _VARINT[_KIND[s.kind]],
+        _field(b"\x2a", _utf8(s.name)), b"\x30", _VARINT[_KIND[s.kind]],
         b"\x39", _fixed64(s.start_time or 0), b"\x41", _fixed64(s.end_time or 0),
         _attributes(b"\x4a", s.attributes),
     ]
     if ctx.trace_state:
-        out.append(_field(b"\x1a", ",".join(f"{k}={v}" for k, v in ctx.trace_state.items()).encode()))
+        state = ",".join(f"{k}={v}" for k, v in ctx.trace_state.items())
+        out.append(_field(b"\x1a", _utf8(state)))
     if parent is not None:
         out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"), _FLAGS_REMOTE if parent.is_remote else _FLAGS_LOCAL)
     else:
         out.append(_FLAGS_LOCAL)
     for e in s.events:
-        out.append(_field(b"\x5a", b"\x09" + _fixed64(e.timestamp) + _field(b"\x12", e.name.encode())
+        out.append(_field(b"\x5a", b"\x09" + _fixed64(e.timestamp) + _field(b"\x12", _utf8(e.name))
                           + _attributes(b"\x1a", e.attributes) + _count(b"\x20", e.dropped_attributes)))
     for link in s.links:
         lc = link.context
@@ -121,7 +146,7 @@ def _span(s) -> bytes:
                           + b"\x35" + struct.pack("<I", 0x300 if lc.is_remote else 0x100)))
     status = s.status
     code = status.status_code.value
-    out.append(_field(b"\x7a", (_field(b"\x12", status.description.encode()) if status.description else b"")
+    out.append(_field(b"\x7a", (_field(b"\x12", _utf8(status.description)) if status.description else b"")
                       + (b"\x18" + _VARINT[code] if code else b"")))
     out += (_count(b"\x50", s.dropped_attributes), _count(b"\x60", s.dropped_events), _count(b"\x70", s.dropped_links))
     return b"".join(out)
@@ -148,17 +173,17 @@ def _cached(cache: dict, obj, encode) -> bytes:
 
 def _resource(r) -> bytes:
     body = _field(b"\x0a", _attributes(b"\x0a", r.attributes))
-    return body + (_field(b"\x1a", r.schema_url.encode()) if r.schema_url else b"")
+    return body + (_field(b"\x1a", _utf8(r.schema_url)) if r.schema_url else b"")
 
 
 def _scope(scope) -> bytes:
     if scope is None:
         return b"\x0a\x00"  # an empty scope, as the SDK writes it
-    body = _field(b"\x0a", scope.name.encode()) if scope.name else b""
+    body = _field(b"\x0a", _utf8(scope.name)) if scope.name else b""
     if scope.version:
-        body += _field(b"\x12", scope.version.encode())
+        body += _field(b"\x12", _utf8(scope.version))
     body += _attributes(b"\x1a", scope.attributes)
-    return _field(b"\x0a", body) + (_field(b"\x1a", scope.schema_url.encode()) if scope.schema_url else b"")
+    return _field(b"\x0a", body) + (_field(b"\x1a", _utf8(scope.schema_url)) if scope.schema_url else b"")
 
 
 def encode_spans(spans: Sequence) -> bytes:

@@ -24,6 +24,7 @@ from otel_llm.export.export_counts import ExportCounts, exporter_families
 from otel_llm.export.exposition import SelfFamily
 from otel_llm.export.otlp_metrics import export_interval_s, otlp_metric_reader
 from otel_llm.export.redaction import redact_url
+from otel_llm.export.span_encoding import replaced_characters
 from otel_llm.server.api.http_metrics import HttpMetrics
 from otel_llm.server.api.serving import OpenAIServing
 from otel_llm.server.api.shutdown import ShutdownClock, finish_within
@@ -95,6 +96,12 @@ def _restarts_family(client: EngineClient) -> SelfFamily:
                       (("", client.engine.restarts),))
 
 
+def _replaced_family() -> SelfFamily:
+    return SelfFamily("otel_llm_span_characters_replaced", Kind.COUNTER,
+                      "Characters of span strings UTF-8 cannot encode (lone surrogates), exported as U+FFFD.",
+                      (("", replaced_characters()),))
+
+
 def _joined(*renders):
     """One `make_metrics_app(extra=...)` from several: their families in order."""
     return lambda openmetrics: b"".join(render(openmetrics) for render in renders)
@@ -134,11 +141,13 @@ def lifespan(config: ServerConfig, client: EngineClient | None, clock: ShutdownC
                 stack.close()
             raise
         extra = exports.http_metrics.render if stack is None else _joined(stack.render, exports.http_metrics.render)
+        traced = exports.tracer_provider is not None
         app.state.serving = ServingState(
             config, engine, tel, OpenAIServing(engine, tel, tokenizer, model_name,
                                                audio=None if stack is None else stack.serving),
             make_metrics_app([tel], config.metrics_compat, lambda: [*exporter_families(counts),
-                                                                   _restarts_family(engine)],
+                                                                   _restarts_family(engine),
+                                                                   *([_replaced_family()] if traced else [])],
                              extra=extra),
             model_name, int(time.time()), counts,
         )

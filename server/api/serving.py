@@ -92,6 +92,7 @@ class OpenAIServing:
 
     # -- endpoints ---------------------------------------------------------
     async def completions(self, req: protocol.CompletionRequest, request: Request) -> Response:
+        _check_unicode(req)
         self._check(req)
         prompt_ids = await self._completion_prompt(req.prompt)
         p = self._prepare(req, "text_completion", f"cmpl-{uuid.uuid4().hex}", prompt_ids, req.max_tokens)
@@ -99,6 +100,7 @@ class OpenAIServing:
         return await self._serve(p, request, chat=False, content=lambda: [{"role": "user", "content": prompt}])
 
     async def chat(self, req: protocol.ChatCompletionRequest, request: Request) -> Response:
+        _check_unicode(req)
         audio = self._audio_output(req)
         self._check(req, audio_ok=audio is not None)
         if not req.messages:
@@ -332,6 +334,14 @@ class OpenAIServing:
         except OpenAIError as exc:
             yield sse_event(exc.body())
         yield SSE_DONE
+
+
+def _check_unicode(req) -> None:
+    """A 400 naming the field of a string UTF-8 cannot encode (the string itself is not echoed)."""
+    field = protocol.unencodable_field(req)
+    if field is not None:
+        raise bad_request(f"{field} is not valid Unicode: it holds a lone UTF-16 surrogate (such as \\ud800), which "
+                          "UTF-8 cannot encode", field)
 
 
 def _refuse_audio_output(req: protocol.ChatCompletionRequest) -> None:

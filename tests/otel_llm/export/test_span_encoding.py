@@ -116,3 +116,36 @@ def test_exporter_to_a_dead_endpoint_fails_without_raising():
     span = ReadableSpan("s", SpanContext(1, 2, False, SAMPLED), None, Resource({}), {}, (), (), SpanKind.INTERNAL,
                         None, Status(StatusCode.UNSET), 1, 2, None)
     assert exporter.export([span]) is SpanExportResult.FAILURE
+
+
+def test_a_lone_surrogate_costs_no_span_of_the_batch():
+    """A string UTF-8 cannot encode ("\\ud800", which JSON escapes allow) in one span's attribute, name,
+    event or status: the batch (20 other spans) still arrives whole at a real receiver through the
+    processor the server uses; each such character is U+FFFD there, and counted."""
+    from otel_llm.export.otlp_traces import batch_span_processor
+    from otel_llm.export.span_encoding import replaced_characters
+
+    sink = MemorySink()
+    with OtlpReceiver(sink) as rx:
+        provider = TracerProvider()
+        provider.add_span_processor(batch_span_processor(otlp_span_exporter(rx.endpoint)))
+        tracer = provider.get_tracer("t")
+        before = replaced_characters()
+        for i in range(10):
+            tracer.start_span(f"fine-{i}", attributes={"gen_ai.request.model": "m"}).end()
+        bad = tracer.start_span("bad \ud800 name", attributes={"gen_ai.request.stop_sequences": ("ok", "x\ud800y"),
+                                                               "gen_ai.request.model": "\udfff"})
+        bad.add_event("ev\ud801")
+        bad.set_status(Status(StatusCode.ERROR, "why \ud802"))
+        bad.end()
+        for i in range(10):
+            tracer.start_span(f"after-{i}").end()
+        provider.force_flush()
+        received = sink.wait_for_spans(21)
+        provider.shutdown()
+    assert len(received) == 21
+    [got] = [s for s in received if s.name.startswith("bad")]
+    assert got.name == "bad \ufffd name"
+    assert got.attributes["gen_ai.request.stop_sequences"] == ("ok", "x\ufffdy")
+    assert got.attributes["gen_ai.request.model"] == "\ufffd"
+    assert replaced_characters() - before == 5

@@ -10,3 +10,11 @@ def shared_server():
     server = ServerProcess().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(sink):
+    """A server exporting its spans to `sink` (a module's own; modules may define their own `server`)."""
+    srv = sink.server()
+    yield srv
+    srv.stop()

@@ -6,26 +6,12 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from api_server_harness import TraceSink, sample, wait_until
+from api_server_harness import sample, wait_until
 
 pytestmark = pytest.mark.slow
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN_ID = "b7ad6b7169203331"
-
-
-@pytest.fixture(scope="module")
-def sink():
-    s = TraceSink()
-    yield s
-    s.shutdown()
-
-
-@pytest.fixture(scope="module")
-def server(sink):
-    srv = sink.server()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -19,19 +19,12 @@ from otel_llm.server.cli import config_from_args, pipeline_config_from_args
 from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 from otel_llm.server.pipeline.talker_messages import HEADER_BYTES
 from tests.harness import promtool_check_metrics
-from tests.server.api.api_server_harness import ServerProcess, TraceSink, sample, wait_until
+from tests.server.api.api_server_harness import ServerProcess, sample, wait_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"
 AUDIO = {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "pcm16"}}
 STAGE0 = {"stage": "0", "replica": "0"}
-
-
-@pytest.fixture(scope="module")
-def sink():
-    s = TraceSink()
-    yield s
-    s.shutdown()
 
 
 @pytest.fixture(scope="module")
