@@ -26,12 +26,14 @@ TRACES ?= .traces
 # Main job: the whole shape on one host. A collector (OTLP in on 4318/4317; Prometheus /metrics with
 # vLLM's names on 9464; traces kept, request timelines at http://127.0.0.1:16686/ui); the server on
 # SmolLM2 pushing its metrics (every 5 s) and spans there; the built-in demo load against it; both
-# left running until Ctrl-C. `make serve PORT=8001` serves on another port.
+# left running until Ctrl-C, which stops the server first (its last metrics and spans still reach the
+# collector: it runs in a session of its own), then the collector. `make serve PORT=8001`: another port.
 serve: setup
-	@$(PY) -m otel_llm collector --trace-store $(TRACES) & cpid=$$!; \
+	@setsid $(PY) -m otel_llm collector --trace-store $(TRACES) & cpid=$$!; \
 	OTEL_METRIC_EXPORT_INTERVAL=5000 $(PY) -m otel_llm serve --model $(MODEL) --port $(PORT) \
 	  --otlp-traces-endpoint http://127.0.0.1:4318 --otlp-metrics-endpoint http://127.0.0.1:4318 & pid=$$!; \
-	trap 'kill $$pid $$cpid 2>/dev/null; wait; exit 0' INT TERM; trap 'kill $$pid $$cpid 2>/dev/null' EXIT; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid; kill $$cpid 2>/dev/null; wait $$cpid; exit 0' INT TERM; \
+	trap 'kill $$pid $$cpid 2>/dev/null' EXIT; \
 	$(PY) -c "import sys,time,httpx; d=time.time()+300; \
 	exec('while time.time()<d:\n try:\n  if httpx.get(\'http://127.0.0.1:$(PORT)/health\').status_code==200: sys.exit(0)\n except httpx.HTTPError: pass\n time.sleep(0.5)'); sys.exit('server did not become healthy')" && \
 	$(PY) -m otel_llm demo --url http://127.0.0.1:$(PORT) --timeline-url http://127.0.0.1:16686/ui && \
