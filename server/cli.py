@@ -245,11 +245,11 @@ def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) ->
 
 
 def run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
-    from otel_llm.server.demo import run_demo
+    from otel_llm.server import demo
 
     for noisy in ("httpx", "httpx2", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url)
+    return demo.run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url)
 
 
 def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -20,11 +20,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict
 
 from otel_llm.server.audio_spec import (
-    AUDIO_FORMATS,
-    AUDIO_VOICES,
-    MODALITIES,
-    PCM16_SAMPLE_RATE_HZ,
-    SUPPORTED_AUDIO_FORMAT,
+    AUDIO_FORMATS, AUDIO_VOICES, MODALITIES, PCM16_SAMPLE_RATE_HZ, SUPPORTED_AUDIO_FORMAT,
 )
 
 
@@ -144,7 +140,8 @@ def unencodable_field(value, path: str = "") -> str | None:
     """The field (`messages.0.content`, as validation errors name fields) of the first string in a
     request that UTF-8 cannot encode, else None. JSON's escapes allow a lone UTF-16 surrogate
     ("\\ud800"), which no tokenizer, encoder or exporter downstream can take: such a request is a 400
-    naming the field, never a 500 or a lost span. ASCII strings cost one scan each."""
+    naming the field, never a 500 or a lost span. ASCII strings cost one scan each; numbers and
+    unset fields are passed over without a call."""
     if isinstance(value, str):
         if value.isascii():
             return None
@@ -154,7 +151,7 @@ def unencodable_field(value, path: str = "") -> str | None:
             return path or "body"
         return None
     if isinstance(value, BaseModel):
-        items = ((name, getattr(value, name)) for name in type(value).model_fields)
+        items = value.__dict__.items()  # the model's fields (extra ones are ignored, never stored)
     elif isinstance(value, dict):
         items = value.items()
     elif isinstance(value, (list, tuple)):
@@ -162,12 +159,17 @@ def unencodable_field(value, path: str = "") -> str | None:
     else:
         return None
     for key, item in items:
-        if isinstance(key, str) and unencodable_field(key) is not None:
+        if isinstance(key, str) and not key.isascii() and unencodable_field(key) is not None:
             return f"{path or 'body'} (one of its keys)"  # the key is the bad string: not part of the name
+        if item is None or item.__class__ in _SCALARS:
+            continue
         found = unencodable_field(item, f"{path}.{key}" if path else str(key))
         if found:
             return found
     return None
+
+
+_SCALARS = frozenset((int, float, bool))
 
 
 class InvalidField(ValueError):

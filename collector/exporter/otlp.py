@@ -28,13 +28,7 @@ from google.rpc import error_details_pb2, status_pb2
 from otel_llm import __version__
 from otel_llm.collector.exporter.http_sender import HttpSender, check_headers, check_http_url
 from otel_llm.collector.exporter.queue import (
-    Batch,
-    ExporterQueue,
-    PermanentError,
-    QueueConfig,
-    QueueStats,
-    RetryableError,
-    RetryConfig,
+    Batch, ExporterQueue, PermanentError, QueueConfig, QueueStats, RetryableError, RetryConfig,
 )
 from otel_llm.collector.exporter.queue_storage import SqliteStorage, storage_path
 

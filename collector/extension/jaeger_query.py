@@ -52,13 +52,7 @@ from otel_llm.collector.extension.web_ui import ui_response
 from otel_llm.collector.http_endpoint import HttpEndpoint
 from otel_llm.collector.timeline.rows import RowFilter, load, rows_from_traces
 from otel_llm.collector.tracestore.query import (
-    SPAN_KINDS,
-    RequestSummary,
-    StoredSpan,
-    TraceQuery,
-    parse_trace_id,
-    plain_value,
-    service_name,
+    SPAN_KINDS, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, plain_value, service_name,
 )
 from otel_llm.collector.tracestore.store import TraceStore
 

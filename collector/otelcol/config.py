@@ -36,13 +36,7 @@ import re
 from collections.abc import Sequence
 
 from otel_llm.canonical.instruments import (
-    CACHE_CONFIG_INFO,
-    CACHE_CONFIG_PREFIX,
-    DIMENSIONS,
-    ENGINE_ATTRIBUTE,
-    MODEL_ATTRIBUTE,
-    PROVIDER_ATTRIBUTE,
-    Kind,
+    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
 )
 from otel_llm.collector.exporter.otlp import OtlpExporterConfig

@@ -45,18 +45,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from otel_llm.canonical.cardinality import OVERFLOW_ATTRIBUTE
 from otel_llm.canonical.instruments import (
-    ADAPTER_ATTRIBUTE,
-    CACHE_CONFIG_INFO,
-    CACHE_CONFIG_PREFIX,
-    DEFAULT_MODEL_VERSION,
-    ENGINE_ATTRIBUTE,
-    LORA_REQUESTS,
-    MAX_SPEC_POSITIONS,
-    MODEL_ATTRIBUTE,
-    SPEC_DECODE,
-    Instrument,
-    Kind,
-    instrument_table,
+    ADAPTER_ATTRIBUTE, CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DEFAULT_MODEL_VERSION, ENGINE_ATTRIBUTE, LORA_REQUESTS,
+    MAX_SPEC_POSITIONS, MODEL_ATTRIBUTE, SPEC_DECODE, Instrument, Kind, instrument_table,
 )
 from otel_llm.collector.pdata import metrics_wire as wire
 from otel_llm.export.exposition import cache_value, series_groups

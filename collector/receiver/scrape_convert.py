@@ -26,13 +26,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_llm.canonical.instruments import (
-    CACHE_CONFIG_INFO,
-    CACHE_CONFIG_PREFIX,
-    DIMENSIONS,
-    ENGINE_ATTRIBUTE,
-    MODEL_ATTRIBUTE,
-    Kind,
-    instrument_table,
+    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, Kind, instrument_table,
 )
 from otel_llm.collector.processor.metric_routes import SCRAPE_SCOPE as SCOPE
 from otel_llm.shim.profiles import get_profile

@@ -35,14 +35,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.collector.pdata.request_span import request_facts
 from otel_llm.collector.tracestore.query import (
-    DERIVED_TAGS,
-    SPAN_KINDS,
-    Operation,
-    RequestSummary,
-    StoredSpan,
-    TraceQuery,
-    parse_trace_id,
-    service_name,
+    DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
     span_matches,
 )
 

@@ -30,27 +30,15 @@ EXTRA_MODULES = {
 _COMPONENTS = ("otel_llm.server.cli", "otel_llm.collector.cli", "otel_llm.collector.timeline.cli")
 
 
-class MissingExtra(SystemExit):
-    """A subcommand needs modules of an extra that is not installed: exit 2 with one line."""
-
-    def __init__(self, command: str, extra: str, module: str) -> None:
-        super().__init__(2)
-        self.line = (f"otel-llm {command}: error: needs the '{extra}' extra (module {module!r} is missing); "
-                     f"install it with: pip install 'otel-llm[{extra}]'")
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a parent package is missing
-        return False
-
-
-def require_extra(command: str, extra: str) -> None:
-    """Raises `MissingExtra` when a module of `extra` cannot be imported."""
+def missing_module(extra: str) -> str | None:
+    """The first module of `extra` that cannot be imported, else None."""
     for module in EXTRA_MODULES[extra]:
-        if not _installed(module):
-            raise MissingExtra(command, extra, module)
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except ModuleNotFoundError:  # a parent package is missing
+            return module
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     """Each subcommand's parser sets `run` (its entry, taking the parsed args) and `extras`."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        for extra in args.extras:
-            require_extra(args.command, extra)
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return args.run(args, parser)
-    except MissingExtra as exc:
-        print(exc.line, file=sys.stderr)
-        return exc.code
+    for extra in args.extras:
+        module = missing_module(extra)
+        if module is not None:
+            print(f"otel-llm {args.command}: error: needs the '{extra}' extra (module {module!r} is missing); "
+                  f"install it with: pip install 'otel-llm[{extra}]'", file=sys.stderr)
+            return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.run(args, parser)

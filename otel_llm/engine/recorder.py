@@ -18,13 +18,7 @@ import numpy as np
 
 from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import (
-    MAX_SPEC_POSITIONS,
-    EventKind,
-    FinishReason,
-    SchedulerSnapshot,
-    SpecDecodingStats,
-    StepRecord,
-    ones_i4,
+    MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4,
     outputs_only_record,
 )
 

@@ -29,13 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from otel_llm.canonical.cardinality import (
-    DEFAULT_CARDINALITY_LIMIT,
-    OVERFLOW,
-    OVERFLOW_FAMILY,
-    OVERFLOW_HELP,
-    OVERFLOW_LABEL,
-    CardinalityLimiter,
-    fold,
+    DEFAULT_CARDINALITY_LIMIT, OVERFLOW, OVERFLOW_FAMILY, OVERFLOW_HELP, OVERFLOW_LABEL, CardinalityLimiter, fold,
 )
 from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE, DIMENSIONS, LORA_INFO, LORA_REQUESTS, Instrument, Kind
 from otel_llm.canonical.metrics_state import HistogramSnapshot, MetricsSnapshot

@@ -25,43 +25,19 @@ import time
 import numpy as np
 from opentelemetry.sdk.metrics._internal.exemplar import Exemplar
 from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    Gauge,
-    Histogram,
-    HistogramDataPoint,
-    Metric,
-    MetricsData,
-    NumberDataPoint,
-    ResourceMetrics,
-    ScopeMetrics,
-    Sum,
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, MetricsData, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_llm.canonical.cardinality import (
-    DEFAULT_CARDINALITY_LIMIT,
-    OVERFLOW,
-    OVERFLOW_ATTRIBUTE,
-    OVERFLOW_HELP,
-    OVERFLOW_INSTRUMENT,
-    CardinalityLimiter,
+    DEFAULT_CARDINALITY_LIMIT, OVERFLOW, OVERFLOW_ATTRIBUTE, OVERFLOW_HELP, OVERFLOW_INSTRUMENT, CardinalityLimiter,
     fold,
 )
 from otel_llm.canonical.instruments import (
-    ADAPTER_ATTRIBUTE,
-    CACHE_CONFIG_INFO,
-    CACHE_CONFIG_PREFIX,
-    DIMENSIONS,
-    ENGINE_ATTRIBUTE,
-    KV_BLOCK,
-    LORA_INFO,
-    LORA_REQUESTS,
-    MODEL_ATTRIBUTE,
-    PROVIDER_ATTRIBUTE,
-    SPEC_DECODE,
-    Instrument,
-    Kind,
+    ADAPTER_ATTRIBUTE, CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, KV_BLOCK, LORA_INFO,
+    LORA_REQUESTS, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, SPEC_DECODE, Instrument, Kind,
 )
 from otel_llm.frontend.lora import LoraSnapshot
 

@@ -19,33 +19,36 @@ def otlp_exporter(signal: str, endpoint: str | None, grpc: Callable[[], type], h
     OTEL_EXPORTER_OTLP_({SIGNAL}_)ENDPOINT itself. `grpc` and `http` return the exporter class
     of each protocol, so only the one chosen is imported.
     """
-    protocol = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    protocol = _protocol(signal)
     if protocol == "grpc":
         exporter = grpc()
         return exporter(endpoint=endpoint, insecure=True) if endpoint else exporter()
     if protocol != "http/protobuf":
         raise ValueError(f"unsupported OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} (use grpc or http/protobuf)")
     exporter = http()
-    path = f"/v1/{signal}"
-    if endpoint and not endpoint.rstrip("/").endswith(path):
-        endpoint = endpoint.rstrip("/") + path
-    return exporter(endpoint=endpoint) if endpoint else exporter()
+    return exporter(endpoint=_with_path(endpoint, signal)) if endpoint else exporter()
 
 
 def otlp_destination(signal: str, endpoint: str | None = None) -> str:
     """Where `otlp_exporter(signal, endpoint, ...)` sends, as it may be shown (credentials redacted):
-    the protocol and the URL, from `endpoint` or the environment as the SDK's exporters read it
+    the URL and the protocol, from `endpoint` or the environment as the SDK's exporters read it
     (OTEL_EXPORTER_OTLP_{SIGNAL}_ENDPOINT as is; OTEL_EXPORTER_OTLP_ENDPOINT, plus `/v1/{signal}`
     over HTTP; else localhost:4318 over HTTP, localhost:4317 over gRPC)."""
-    protocol = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    protocol = _protocol(signal)
     grpc = protocol == "grpc"
     url = endpoint or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
-    if not url:
-        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or ("http://localhost:4317" if grpc
-                                                                  else "http://localhost:4318")
-        url = base if grpc else base.rstrip("/") + f"/v1/{signal}"
-    elif not grpc and endpoint and not url.rstrip("/").endswith(f"/v1/{signal}"):
-        url = url.rstrip("/") + f"/v1/{signal}"
+    if not url or (endpoint and not grpc):
+        base = url or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or f"http://localhost:{4317 if grpc else 4318}"
+        url = base if grpc else _with_path(base, signal)
     return f"{redact_url(url)} ({protocol})"
+
+
+def _protocol(signal: str) -> str:
+    return os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+
+
+def _with_path(url: str, signal: str) -> str:
+    """An HTTP endpoint with the signal's path (`/v1/traces`), appended when it lacks it."""
+    path = f"/v1/{signal}"
+    return url if url.rstrip("/").endswith(path) else url.rstrip("/") + path

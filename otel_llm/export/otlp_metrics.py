@@ -7,10 +7,7 @@ import os
 import uuid
 
 from opentelemetry.sdk.metrics.export import (
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-    PeriodicExportingMetricReader,
+    MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
 

@@ -56,21 +56,11 @@ from otel_llm.canonical.aggregation import TRACE_COLUMNS
 from otel_llm.canonical.instruments import DIMENSIONS
 from otel_llm.canonical.metrics_state import MetricsState
 from otel_llm.canonical.step_stats import (
-    add_prefix_cache,
-    add_spec_decoding,
-    clear_scheduler,
-    fold_kv_evictions,
-    set_scheduler,
+    add_prefix_cache, add_spec_decoding, clear_scheduler, fold_kv_evictions, set_scheduler,
 )
 from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import HEADER_SIZE as _HEADER_SIZE
-from otel_llm.engine.step import (
-    EventKind,
-    FinishReason,
-    SchedulerSnapshot,
-    SpecDecodingStats,
-    StepRecord,
-)
+from otel_llm.engine.step import EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord
 from otel_llm.frontend.request import RequestInfo
 
 _NUM_REASONS = len(FinishReason)

@@ -43,21 +43,8 @@ import time
 from otel_llm.canonical.cardinality import OVERFLOW_LABEL
 from otel_llm.canonical.instruments import Kind
 from otel_llm.pipeline.families import (
-    AUDIO_CONTINUITY_OK,
-    AUDIO_DURATION,
-    AUDIO_RTF,
-    AUDIO_SKIPPED,
-    AUDIO_TTFP,
-    AUDIO_UNDERRUN,
-    E2E,
-    RUNNING,
-    SUCCESS,
-    TRANSFER_IN_FLIGHT,
-    TRANSFER_RX,
-    TRANSFER_SIZE,
-    TRANSFER_TX,
-    WAITING,
-    PipelineFamily,
+    AUDIO_CONTINUITY_OK, AUDIO_DURATION, AUDIO_RTF, AUDIO_SKIPPED, AUDIO_TTFP, AUDIO_UNDERRUN, E2E, RUNNING, SUCCESS,
+    TRANSFER_IN_FLIGHT, TRANSFER_RX, TRANSFER_SIZE, TRANSFER_TX, WAITING, PipelineFamily,
 )
 from otel_llm.pipeline.telemetry import PipelineTelemetry
 

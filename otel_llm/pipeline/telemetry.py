@@ -45,23 +45,8 @@ import numpy as np
 from otel_llm.canonical.cardinality import DEFAULT_CARDINALITY_LIMIT, check_limit
 from otel_llm.pipeline.audio_player import DEFAULT_SAMPLE_RATE, DEFAULT_THRESHOLDS_MS, PlayerResult
 from otel_llm.pipeline.families import (
-    AUDIO_CONTINUITY_OK,
-    AUDIO_DURATION,
-    AUDIO_FRAMES,
-    AUDIO_RTF,
-    AUDIO_SKIPPED,
-    AUDIO_TTFP,
-    AUDIO_UNDERRUN,
-    E2E,
-    FAMILIES,
-    PREFIXES,
-    RUNNING,
-    SUCCESS,
-    TRANSFER_IN_FLIGHT,
-    TRANSFER_RX,
-    TRANSFER_SIZE,
-    TRANSFER_TX,
-    WAITING,
+    AUDIO_CONTINUITY_OK, AUDIO_DURATION, AUDIO_FRAMES, AUDIO_RTF, AUDIO_SKIPPED, AUDIO_TTFP, AUDIO_UNDERRUN, E2E,
+    FAMILIES, PREFIXES, RUNNING, SUCCESS, TRANSFER_IN_FLIGHT, TRANSFER_RX, TRANSFER_SIZE, TRANSFER_TX, WAITING,
     PipelineFamily,
 )
 from otel_llm.pipeline.hop import TransferHop

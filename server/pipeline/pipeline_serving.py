@@ -39,11 +39,7 @@ from otel_llm.server import protocol
 from otel_llm.server.api.errors import OpenAIError
 from otel_llm.server.api.serving import SSE_DONE, ClientGone, sse_event, until_disconnect
 from otel_llm.server.pipeline.audio_chunks import (
-    audio_chat_response,
-    audio_chunk,
-    audio_expiry_chunk,
-    message_audio,
-    new_audio_id,
+    audio_chat_response, audio_chunk, audio_expiry_chunk, message_audio, new_audio_id,
 )
 from otel_llm.server.pipeline.talker import Talker
 from otel_llm.server.pipeline.talker_session import STAGE_TALKER, STAGE_THINKER, THINKER_REPLICA, TalkerSession

@@ -5,12 +5,7 @@ in a conftest, or ``from tests.harness.fixtures import prometheus_server``.
 """
 
 from tests.harness.ports import free_port
-from tests.harness.prometheus import (
-    PrometheusError,
-    PrometheusServer,
-    PromtoolError,
-    promtool_check_metrics,
-)
+from tests.harness.prometheus import PrometheusError, PrometheusServer, PromtoolError, promtool_check_metrics
 
 __all__ = [
     "PrometheusError",

@@ -12,14 +12,7 @@ from typing import NamedTuple
 
 from otel_llm.collector.pdata import otlp_codec
 from otel_llm.collector.receiver.otlp_http import ROUTES, Signal
-from tests.harness.otlp_records import (
-    LogRecord,
-    MetricRecord,
-    SpanRecord,
-    flatten_logs,
-    flatten_metrics,
-    flatten_spans,
-)
+from tests.harness.otlp_records import LogRecord, MetricRecord, SpanRecord, flatten_logs, flatten_metrics, flatten_spans
 
 _REQUEST_TYPES = {route.signal: route.request_type for route in ROUTES.values()}
 

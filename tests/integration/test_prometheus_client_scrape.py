@@ -4,21 +4,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-    start_http_server,
-)
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
 
-from tests.harness import (
-    PrometheusError,
-    PrometheusServer,
-    PromtoolError,
-    free_port,
-    promtool_check_metrics,
-)
+from tests.harness import PrometheusError, PrometheusServer, PromtoolError, free_port, promtool_check_metrics
 
 VLLM_STYLE = """\
 # HELP vllm:iteration_tokens_total Histogram of the number of tokens per engine_step.

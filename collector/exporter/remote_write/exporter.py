@@ -19,12 +19,7 @@ from dataclasses import dataclass
 from otel_llm import __version__
 from otel_llm.collector.exporter.http_sender import HttpSender, check_headers, check_http_url
 from otel_llm.collector.exporter.queue import (
-    ExporterQueue,
-    PermanentError,
-    QueueConfig,
-    QueueStats,
-    RetryableError,
-    RetryConfig,
+    ExporterQueue, PermanentError, QueueConfig, QueueStats, RetryableError, RetryConfig,
 )
 from otel_llm.collector.exporter.remote_write.proto import PrwSeries, encode_write_request
 

@@ -10,13 +10,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from otel_llm.canonical.instruments import (
-    CACHE_CONFIG_INFO,
-    CACHE_CONFIG_PREFIX,
-    DIMENSIONS,
-    ENGINE_ATTRIBUTE,
-    MODEL_ATTRIBUTE,
-    PROVIDER_ATTRIBUTE,
-    Kind,
+    CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
 )
 from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name

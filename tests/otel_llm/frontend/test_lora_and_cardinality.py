@@ -20,15 +20,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from otel_llm import (
-    FinishReason,
-    RequestInfo,
-    SchedulerSnapshot,
-    StepRecord,
-    StepRecorder,
-    Telemetry,
-    TelemetryConfig,
-)
+from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord, StepRecorder, Telemetry, TelemetryConfig
 from otel_llm.export.exposition import Renderer
 from otel_llm.export.metric_producer import attach_reader
 from otel_llm.shim.profiles import get_profile

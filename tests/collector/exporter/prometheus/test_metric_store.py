@@ -14,16 +14,7 @@ from otel_llm.collector.exporter.prometheus.exposition import render
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
 from otel_llm.collector.pdata.otlp_codec import PayloadError
 from otel_llm.export.metric_producer import to_metrics_data
-from tests.collector.otlp_builders import (
-    DELTA,
-    SEC,
-    counter,
-    gauge,
-    histogram,
-    kvs,
-    request,
-    samples,
-)
+from tests.collector.otlp_builders import DELTA, SEC, counter, gauge, histogram, kvs, request, samples
 from tests.otel_llm.conftest import Harness
 
 

@@ -17,24 +17,10 @@ from typing import Any
 import cramjam
 import pytest
 
-from otel_llm.collector.exporter.queue import (
-    ExporterQueue,
-    PermanentError,
-    QueueConfig,
-    RetryableError,
-    RetryConfig,
-)
+from otel_llm.collector.exporter.queue import ExporterQueue, PermanentError, QueueConfig, RetryableError, RetryConfig
 from otel_llm.collector.exporter.remote_write.exporter import RemoteWriteConfig, RemoteWriteExporter
 from otel_llm.collector.exporter.remote_write.proto import (
-    STALE_NAN,
-    Exemplar,
-    Label,
-    MetricMetadata,
-    PrwExemplar,
-    PrwSeries,
-    Sample,
-    WriteRequest,
-    decode_write_request,
+    STALE_NAN, Exemplar, Label, MetricMetadata, PrwExemplar, PrwSeries, Sample, WriteRequest, decode_write_request,
     encode_write_request,
 )
 from otel_llm.collector.service import Collector, CollectorConfig
