@@ -29,16 +29,19 @@ Usage: python benchmarks/collector_bench.py [--quick] [--servers 50] [--seconds 
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
 import random
 import re
+import ssl
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 import httpx
@@ -96,10 +99,12 @@ def batched(exports: list[ExportMetricsServiceRequest], size: int) -> list[bytes
 
 
 class CollectorProcess:
-    """`otel-llm collector` on free ports, in its own process, with ``extra`` flags."""
+    """`otel-llm collector` on free ports, in its own process, with ``extra`` flags; `secure`: the
+    TLS context and Authorization header its clients need (flags from `Secure.flags`)."""
 
-    def __init__(self, *extra: str) -> None:
+    def __init__(self, *extra: str, secure: Secure | None = None) -> None:
         self.extra = extra
+        self.secure = secure
 
     def __enter__(self) -> CollectorProcess:
         self.proc = subprocess.Popen(
@@ -107,8 +112,8 @@ class CollectorProcess:
              "--prometheus-port", "0", *self.extra], cwd=Path(__file__).resolve().parents[1],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
-        found = re.search(r"OTLP/HTTP http://([\d.]+):(\d+)/v1/metrics, OTLP/gRPC ([\d.:]+), "
-                          r"Prometheus http://[\d.]+:(\d+)/metrics", line)
+        found = re.search(r"OTLP/HTTP https?://([\d.]+):(\d+)/v1/metrics, OTLP/gRPC ([\d.:]+), "
+                          r"Prometheus https?://[\d.]+:(\d+)/metrics", line)
         if found is None:
             self.proc.kill()
             raise RuntimeError(f"collector did not start: {line!r}")
@@ -125,8 +130,8 @@ class CollectorProcess:
 
     def counter(self, name: str, having: str = "") -> float:
         """The sum of one of the collector's own counters over its label sets (those with `having`)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.prom_port, timeout=30)
-        conn.request("GET", "/metrics")
+        conn = connection(self.prom_port, self.secure)
+        conn.request("GET", "/metrics", headers={} if self.secure is None else self.secure.headers)
         text = conn.getresponse().read().decode()
         return sum(float(m) for m in re.findall(rf"^{name}_total\{{[^}}]*{re.escape(having)}[^}}]*\}} (\S+)$",
                                                 text, re.M))
@@ -139,9 +144,40 @@ class CollectorProcess:
         self.proc.wait(timeout=10)
 
 
-def send_http(port: int, bodies: list[bytes], seconds: float, path: str = "/v1/metrics") -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    headers = {"Content-Type": "application/x-protobuf"}
+class Secure(NamedTuple):
+    """A throwaway CA's server certificate and a bearer token: the collector's flags, a client's context."""
+
+    flags: tuple[str, ...]
+    context: ssl.SSLContext
+    headers: dict[str, str]
+
+    @classmethod
+    def make(cls, workdir: Path) -> Secure:
+        import trustme  # a test dependency
+
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1")
+        paths = {name: workdir / f"{name}.pem" for name in ("cert", "key")}
+        cert.cert_chain_pems[0].write_to_path(paths["cert"])
+        cert.private_key_pem.write_to_path(paths["key"])
+        (workdir / "token").write_text("bench-token\n")
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        return cls(("--tls-cert-file", str(paths["cert"]), "--tls-key-file", str(paths["key"]),
+                    "--auth", f"bearer-token-file={workdir / 'token'}"), context,
+                   {"Authorization": "Bearer bench-token"})
+
+
+def connection(port: int, secure: Secure | None) -> http.client.HTTPConnection:
+    if secure is None:
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=secure.context)
+
+
+def send_http(port: int, bodies: list[bytes], seconds: float, path: str = "/v1/metrics",
+              secure: Secure | None = None) -> int:
+    conn = connection(port, secure)
+    headers = {"Content-Type": "application/x-protobuf", **({} if secure is None else secure.headers)}
     sent, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         for body in bodies:
@@ -166,10 +202,12 @@ def send_grpc(target: str, bodies: list[bytes], seconds: float) -> int:
     return sent
 
 
-def ingest_rate(transport: str, bodies: list[bytes], seconds: float) -> dict:
-    with CollectorProcess() as collector:
-        send = send_http if transport == "http" else send_grpc
-        where = collector.http_port if transport == "http" else collector.grpc_target
+def ingest_rate(transport: str, bodies: list[bytes], seconds: float, secure: Secure | None = None) -> dict:
+    with CollectorProcess(*(secure.flags if secure else ()), secure=secure) as collector:
+        if transport == "http":
+            where, send = collector.http_port, functools.partial(send_http, secure=secure)
+        else:
+            where, send = collector.grpc_target, send_grpc
         send(where, bodies[:2], 0.3)  # warm up: series created, caches filled
         before_cpu, before_points = collector.cpu_s(), collector.accepted()
         requests = send(where, bodies, seconds)
@@ -369,6 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     for transport in ("http", "grpc"):
         result[f"ingest_{transport}"] = ingest_rate(transport, single, seconds)
         result[f"ingest_{transport}_batched"] = ingest_rate(transport, grouped, seconds)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="collector-bench-tls-") as workdir:
+        secure = Secure.make(Path(workdir))
+        for name, bodies in (("ingest_http", single), ("ingest_http_batched", grouped)):
+            result[f"{name}_tls_bearer"] = ingest_rate("http", bodies, seconds, secure)
+            result[f"{name}_tls_bearer"]["cost_vs_plain"] = round(
+                1 - result[f"{name}_tls_bearer"]["points_per_cpu_s"] / result[name]["points_per_cpu_s"], 3)
     result["scrape"] = scrape_ms(single, 5 if args.quick else 30)
     traces = [trace_export(i) for i in range(8)]
     result["traces_forward_http"] = traces_rate(traces, seconds, backend_up=True)
@@ -384,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     result["targets_met"] = {
         "ingest_http_200k_per_cpu_s": result["ingest_http_batched"]["points_per_cpu_s"] >= 200_000,
         "ingest_grpc_200k_per_cpu_s": result["ingest_grpc_batched"]["points_per_cpu_s"] >= 200_000,
+        "tls_bearer_costs_at_most_15pct": max(result["ingest_http_tls_bearer"]["cost_vs_plain"],
+                                              result["ingest_http_batched_tls_bearer"]["cost_vs_plain"]) <= 0.15,
         "scrape_50_servers_20ms": result["scrape"]["openmetrics_ms"] <= 20 and args.servers >= 50,
         "traces_forward_20k_spans_per_cpu_s": result["traces_forward_http"]["spans_per_cpu_s"] >= 20_000,
         "traces_disk_queue_10k_spans_per_cpu_s": result["traces_forward_http_disk_queue"]["spans_per_cpu_s"] >= 10_000,

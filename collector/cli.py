@@ -2,6 +2,9 @@
 
 The one edge where the collector's flags are read; a bad value fails here with
 exit code 2, naming the flag.
+
+Size: every flag of the command, with its help, and the checks across flags, at the one edge
+(STYLE: one validated config, built where the flags are read).
 """
 
 from __future__ import annotations
@@ -113,6 +116,26 @@ def add_parsers(sub) -> None:
                    help="pass vLLM's llm_request spans on as they come: by default each gets derived queue, "
                         "prefill and decode child spans and a first_token event from its gen_ai.latency.* "
                         "attributes (marked otel_llm.derived; the originals unchanged)")
+    limits = p.add_argument_group("connections to every HTTP listener (OTLP/HTTP, /metrics, the query API)")
+    limits.add_argument("--max-connections", type=positive_int, default=256, metavar="N",
+                        help="connections served at once by each listener (default 256); one more closes the "
+                             "longest-idle keep-alive connection, or is answered 503 with Retry-After when none is")
+    limits.add_argument("--header-timeout", type=duration_s, default=10.0, metavar="DURATION",
+                        help="a request's line and headers must arrive within this (default 10s)")
+    limits.add_argument("--body-timeout", type=duration_s, default=30.0, metavar="DURATION",
+                        help="a request's whole body must arrive within this of its headers (default 30s)")
+    limits.add_argument("--idle-timeout", type=duration_s, default=60.0, metavar="DURATION",
+                        help="close a keep-alive connection without a request for this long (default 60s)")
+    secure = p.add_argument_group("beyond localhost: TLS and credentials on every listener (OTLP/HTTP and gRPC, "
+                                  "/metrics, the query API and /ui)")
+    secure.add_argument("--tls-cert-file", metavar="PEM", help="serve TLS with this certificate (chain)")
+    secure.add_argument("--tls-key-file", metavar="PEM", help="the certificate's private key")
+    secure.add_argument("--tls-client-ca-file", metavar="PEM",
+                        help="mutual TLS: clients must present a certificate this CA signed")
+    secure.add_argument("--auth", metavar="KIND=PATH",
+                        help="ask every request for credentials: bearer-token-file=PATH (Authorization: Bearer "
+                             "<the file's token>; re-read when it changes) or htpasswd-file=PATH (basic auth; plain, "
+                             "{SHA} or bcrypt lines)")
     scrape = p.add_argument_group("scraping Prometheus /metrics (vLLM's, SGLang's, any exporter's)")
     scrape.add_argument("--scrape-target", action="append", default=[], metavar="[JOB=]URL",
                         help="pull this Prometheus/OpenMetrics endpoint every --scrape-interval (repeatable), e.g. "
@@ -155,7 +178,7 @@ def add_parsers(sub) -> None:
     at_scale.add_argument("--print-otelcol-config", action="store_true",
                           help="print an otelcol-contrib YAML config that does what this collector does "
                                "with the same --metrics-compat names, listeners, --remote-write-url, --traces-to, "
-                               "--storage-dir and tail sampling flags, then exit")
+                               "--storage-dir, tail sampling, --tls-* and --auth flags, then exit")
     at_scale.add_argument("--otelcol-traces-endpoint", metavar="HOST:PORT",
                           help="with --print-otelcol-config: also a trace exporter `otlp/traces` to this OTLP/gRPC "
                                "backend (e.g. jaeger:4317; TLS if it starts with https://)")
@@ -184,8 +207,30 @@ def scrape_targets(args: argparse.Namespace) -> tuple:
     return tuple(targets)
 
 
+def security_from_args(args: argparse.Namespace) -> dict:
+    """--tls-* and --auth -> HttpServerSettings' tls and auth, the files read and checked now.
+    Raises ValueError naming the flag."""
+    from otel_llm.collector.extension.auth import parse_auth
+    from otel_llm.collector.tls import TlsSettings
+
+    tls = None
+    if args.tls_cert_file or args.tls_key_file:
+        if not (args.tls_cert_file and args.tls_key_file):
+            raise ValueError("--tls-cert-file and --tls-key-file go together")
+        tls = TlsSettings(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file)
+        tls.server_context()
+    elif args.tls_client_ca_file:
+        raise ValueError("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+    try:
+        auth = None if args.auth is None else parse_auth(args.auth)
+    except ValueError as exc:
+        raise ValueError(f"--auth: {exc}") from None
+    return {"tls": tls, "auth": auth}
+
+
 def config_from_args(args: argparse.Namespace):
     from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
+    from otel_llm.collector.http_endpoint import HttpServerSettings
     from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
     from otel_llm.collector.service import CollectorConfig
     from otel_llm.collector.tracestore.store import TraceStoreConfig
@@ -202,6 +247,9 @@ def config_from_args(args: argparse.Namespace):
         trace_store=None if args.trace_store is None else TraceStoreConfig(
             args.trace_store, retention_s=args.trace_retention, max_bytes=args.trace_store_max_mib * 1024 * 1024),
         jaeger_port=args.jaeger_port, phase_spans=args.phase_spans, scrape_targets=scrape_targets(args),
+        http_server=HttpServerSettings(max_connections=args.max_connections, header_timeout_s=args.header_timeout,
+                                       body_timeout_s=args.body_timeout, idle_timeout_s=args.idle_timeout,
+                                       **security_from_args(args)),
         store=StoreConfig(profile=args.metrics_compat, expiry_s=args.metric_expiry,
                           cardinality_limit=args.cardinality_limit, max_series=args.max_series),
     )
@@ -226,12 +274,14 @@ def print_otelcol_config(args: argparse.Namespace) -> int:
         return 2
     host = args.host or "0.0.0.0"
     try:
-        sampling = config_from_args(args).tail_sampling  # built and checked as the collector builds it
+        config = config_from_args(args)  # built and checked as the collector builds it
+        sampling, security = config.tail_sampling, config.http_server
         text = render_otelcol_config(
             args.metrics_compat, otlp_grpc_endpoint=f"{host}:{args.otlp_grpc_port}",
             otlp_http_endpoint=f"{host}:{args.otlp_http_port}", prometheus_endpoint=f"{host}:{args.prometheus_port}",
             remote_write_urls=args.remote_write_url, traces_to=args.traces_to, metrics_to=args.metrics_to,
-            traces_endpoint=args.otelcol_traces_endpoint, storage_dir=args.storage_dir, tail_sampling=sampling)
+            traces_endpoint=args.otelcol_traces_endpoint, storage_dir=args.storage_dir, tail_sampling=sampling,
+            tls=security.tls, auth=security.auth)
     except ValueError as exc:
         print(f"otel-llm collector: error: {exc}", file=sys.stderr)
         return 2

@@ -33,6 +33,7 @@ from otel_llm.collector.exporter.remote_write.series import RemoteWriteSeries
 from otel_llm.collector.exporter.trace_store import TraceStoreWriter
 from otel_llm.collector.extension.jaeger_query import JaegerQueryApi
 from otel_llm.collector.extension.self_telemetry import SelfTelemetry
+from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
 from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver, OtlpReceiverConfig, PartialSuccess, Signal
@@ -64,6 +65,8 @@ class CollectorConfig:
     jaeger_port: int = 16686  # the query API's port, with trace_store (0 = any free port)
     phase_spans: bool = True  # derive queue/prefill/decode spans for vLLM's latency-only request spans
     scrape_targets: tuple[ScrapeTarget, ...] = ()  # Prometheus /metrics pulled into the store
+    http_server: HttpServerSettings = HttpServerSettings()  # every HTTP listener's connections and deadlines,
+    # and every listener's TLS and credentials (the gRPC receiver's too)
 
     def remote_write_configs(self) -> list[RemoteWriteConfig]:
         return [RemoteWriteConfig(url, name=f"prometheusremotewrite/{i}") for i, url in enumerate(self.remote_write_urls)]
@@ -99,7 +102,7 @@ class Collector:
         self.store = MetricStore(config.store)
         self.trace_store = None if config.trace_store is None else TraceStore(config.trace_store)
         self.jaeger = None if self.trace_store is None else JaegerQueryApi(self.trace_store, config.host,
-                                                                           config.jaeger_port)
+                                                                           config.jaeger_port, config.http_server)
         writers = [] if self.trace_store is None else [TraceStoreWriter(self.trace_store)]
         self.traces = TracePipeline([*(OtlpExporter(c) for c in config.trace_exporter_configs()), *writers],
                                     config.tail_sampling, config.phase_spans)
@@ -108,12 +111,14 @@ class Collector:
         self.telemetry = SelfTelemetry(self.store.num_series, data_types)
         self.http = None if config.otlp_http_port is None else OtlpReceiver(
             self._sink("http"), OtlpReceiverConfig(config.host, config.otlp_http_port, config.max_body_bytes,
-                                                   signals=signals))
+                                                   signals=signals, server=config.http_server))
         self.grpc = None if config.otlp_grpc_port is None else OtlpGrpcReceiver(
             self._sink("grpc"), OtlpGrpcReceiverConfig(config.host, config.otlp_grpc_port, config.max_body_bytes,
-                                                       signals=signals))
+                                                       signals=signals, tls=config.http_server.tls,
+                                                       auth=config.http_server.auth))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
-            self.render, config.host, config.prometheus_port, self.store.router.profile.openmetrics)
+            self.render, config.host, config.prometheus_port, self.store.router.profile.openmetrics,
+            config.http_server)
         self.scrapers = ScrapeReceiver(config.scrape_targets, self.store,
                                        lambda payload: self.ingest_metrics(payload, "http", "prometheus"))
         self.remote_writers = [RemoteWriteExporter(c) for c in config.remote_write_configs()]
@@ -121,6 +126,10 @@ class Collector:
         self.exporters = (*self.remote_writers, *self.metric_exporters, *self.traces.exporters)
         for exporter in self.exporters:
             self.telemetry.add_exporter(exporter)
+        for name, part in (("otlp_http", self.http and self.http.server), ("prometheus", self.scrape),
+                           ("jaeger_query", self.jaeger)):
+            if part is not None:
+                self.telemetry.add_listener(name, part)
         self._remote_write_series = RemoteWriteSeries()
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
@@ -128,12 +137,13 @@ class Collector:
     def _sink(self, transport: str):
         def sink(signal: Signal, payload: bytes) -> PartialSuccess | None:
             if signal is Signal.TRACES:
-                self.telemetry.count(transport, self.traces.consume(payload), 0, "traces")
-                return None
-            result = self.ingest_metrics(payload, transport)
+                result, records = self.traces.consume(payload), "spans"
+                self.telemetry.count(transport, result.accepted, result.refused, "traces")
+            else:
+                result, records = self.ingest_metrics(payload, transport), "metric points"
             if result.refused:
-                logger.warning("refused %d of %d metric points over %s: %s", result.refused,
-                               result.accepted + result.refused, transport, result.reason)
+                logger.warning("refused %d of %d %s over %s: %s", result.refused,
+                               result.accepted + result.refused, records, transport, result.reason)
                 return PartialSuccess(result.refused, result.reason)
             return None
 
@@ -222,4 +232,9 @@ class Collector:
         parts.extend(f"traces to {redact_url(e.config.url)}" for e in self.traces.exporters if isinstance(e, OtlpExporter))
         if self.jaeger is not None:
             parts.append(f"Jaeger query API {self.jaeger.url} (traces in {self.trace_store.path})")
+        settings = self.config.http_server
+        if settings.tls is not None:
+            parts.append("TLS" + (" with client certificates" if settings.tls.client_ca_file else ""))
+        if settings.auth is not None:
+            parts.append(settings.auth.describe())
         return ", ".join(parts)

@@ -7,14 +7,19 @@ Without sampling a request is parsed in full once (so a malformed one answers 40
 INVALID_ARGUMENT at the receiver instead of failing at a backend later, merged with good ones),
 its spans counted, and the exporters get the bytes as they came. With sampling it is parsed
 into its resources, scopes and spans (each checked), which wait in the `TailSampler`; the
-spans of kept traces go out as new requests. Thread-safety: `consume` runs on the receivers'
-request threads, `tick` on the housekeeping thread; exporters' `export` is thread-safe and never
-blocks.
+spans of kept traces go out as new requests. Either way a span whose ids break OTLP's rules
+(`span_ids`: a 3-byte trace_id, an empty span_id) is refused and the request's other spans are
+taken: the receiver answers an OTLP partial success (rejected_spans, error_message), and no
+backend or store batch ever holds a span that would make it refuse the whole batch.
+
+Thread-safety: `consume` runs on the receivers' request threads, `tick` on the housekeeping
+thread; exporters' `export` is thread-safe and never blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -27,10 +32,19 @@ from otel_llm.collector.exporter.otlp import OtlpExporter
 from otel_llm.collector.exporter.prometheus.exposition import SelfFamily
 from otel_llm.collector.exporter.trace_store import TraceStoreWriter
 from otel_llm.collector.pdata.otlp_codec import PayloadError
+from otel_llm.collector.pdata.span_ids import id_problem, ids_valid
 from otel_llm.collector.pdata.traces_wire import TracesRequest
 from otel_llm.collector.processor.phase_spans import PhaseSpans
 from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
 from otel_llm.export.exposition import label_text
+
+
+class TracesTaken(NamedTuple):
+    """What `TracePipeline.consume` did with one request."""
+
+    accepted: int  # spans taken on, the derived phase spans included
+    refused: int  # spans refused for their ids
+    reason: str  # "" when none was refused; else each distinct problem with its count, "; "-joined
 
 
 class TracePipeline:
@@ -40,27 +54,35 @@ class TracePipeline:
         self.sampler = None if sampling is None else TailSampler(sampling, self._export)
         self.phase_spans = PhaseSpans() if phase_spans else None
 
-    def consume(self, payload: bytes) -> int:
-        """Take one request; returns its number of spans. Raises PayloadError(400) when it is not
-        an ExportTraceServiceRequest."""
+    def consume(self, payload: bytes) -> TracesTaken:
+        """Take one request, less its spans with invalid ids (refused and counted in the result).
+        Raises PayloadError(400) when it is not an ExportTraceServiceRequest."""
+        refused: dict[str, int] = {}
         try:
             if self.phase_spans is not None:
-                payload = self.phase_spans.process(payload)
+                payload = self.phase_spans.process(payload)  # derives only from spans with valid ids
             if self.sampler is None:
                 request = ExportTraceServiceRequest.FromString(payload)
                 spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+                if not ids_valid(payload):  # rare: send on the rest
+                    payload = _without_invalid(payload, refused)
+                    spans -= sum(refused.values())
                 self._export(payload, spans)
-                return spans
+                return _taken(spans, refused)
+            check = not ids_valid(payload)  # a malformed payload raises DecodeError here or below
             parsed = []
             for rs in TracesRequest.FromString(payload).resource_spans:
                 Resource.FromString(rs.resource)
                 for ss in rs.scope_spans:
                     InstrumentationScope.FromString(ss.scope)
-                    parsed += [(rs.resource, ss.scope, Span.FromString(raw), raw) for raw in ss.spans]
+                    decoded = [Span.FromString(raw) for raw in ss.spans]
+                    bad = _invalid(decoded, refused) if check else set()
+                    parsed += ((rs.resource, ss.scope, span, raw) for i, (span, raw) in enumerate(zip(decoded, ss.spans))
+                               if i not in bad)
         except (DecodeError, RecursionError) as exc:
             raise PayloadError(400, f"malformed protobuf ExportTraceServiceRequest: {exc}") from None
         self.sampler.consume(parsed)
-        return len(parsed)
+        return _taken(len(parsed), refused)
 
     def tick(self) -> None:
         if self.sampler is not None:
@@ -98,3 +120,33 @@ class TracePipeline:
             SelfFamily("otel_llm_tail_sampling_pending_spans", Kind.GAUGE, "Spans waiting for a decision.",
                        (("", stats.pending_spans),)),
         ]
+
+
+def _invalid(spans, refused: dict[str, int]) -> set[int]:
+    """Indexes of the spans whose ids break OTLP's rules, each counted in ``refused`` by its problem."""
+    bad = set()
+    for i, span in enumerate(spans):
+        problem = id_problem(span)
+        if problem:
+            bad.add(i)
+            refused[problem] = refused.get(problem, 0) + 1
+    return bad
+
+
+def _without_invalid(payload: bytes, refused: dict[str, int]) -> bytes:
+    """``payload`` less its spans with invalid ids, the others as they came (a scope's kept spans
+    are copied once, so any number of bad ones costs linear time)."""
+    request = TracesRequest.FromString(payload)
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            raws = list(ss.spans)
+            bad = _invalid([Span.FromString(raw) for raw in raws], refused)
+            if bad:
+                del ss.spans[:]
+                ss.spans.extend(raw for i, raw in enumerate(raws) if i not in bad)
+    return request.SerializeToString()
+
+
+def _taken(accepted: int, refused: dict[str, int]) -> TracesTaken:
+    reason = "; ".join(f"{problem} ({n} span{'s' if n > 1 else ''})" for problem, n in refused.items())
+    return TracesTaken(accepted, sum(refused.values()), reason)

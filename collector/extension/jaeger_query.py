@@ -45,11 +45,11 @@ import logging
 import math
 import re
 import time
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 from otel_llm.collector.extension.web_ui import ui_response
-from otel_llm.collector.http_endpoint import HttpEndpoint
+from otel_llm.collector.http_connection import EndpointHandler
+from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
 from otel_llm.collector.timeline.rows import RowFilter, load, rows_from_traces
 from otel_llm.collector.tracestore.query import (
     SPAN_KINDS, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, plain_value, service_name,
@@ -69,9 +69,10 @@ _GO_TERM = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 class JaegerQueryApi(HttpEndpoint):
     """Serves the endpoints above for ``store`` on ``host:port`` (0 = any free port) until stopped."""
 
-    def __init__(self, store: TraceStore, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, store: TraceStore, host: str = "127.0.0.1", port: int = 0,
+                 settings: HttpServerSettings | None = None) -> None:
         self.store = store
-        super().__init__(type("_BoundHandler", (_Handler,), {"store": store}), host, port, "jaeger-query")
+        super().__init__(type("_BoundHandler", (_Handler,), {"store": store}), host, port, "jaeger-query", settings)
 
     @property
     def url(self) -> str:
@@ -84,9 +85,7 @@ class _HttpError(Exception):
         self.status, self.msg = status, msg
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "otel-llm-collector"
+class _Handler(EndpointHandler):
     store: TraceStore
 
     def do_GET(self) -> None:
@@ -95,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = url.path.split("/")[1:]  # still escaped: a service name may hold "%2F"
         if parts[0] == "ui":
             ui = ui_response(parts[1:])
-            self._send(ui.status, ui.content_type, ui.body, ui.location)
+            self.send(ui.status, ui.content_type, ui.body, () if ui.location is None else (("Location", ui.location),))
             return
         try:
             response = self._route(parts, params)
@@ -108,16 +107,11 @@ class _Handler(BaseHTTPRequestHandler):
         pretty = params.get("prettyPrint", [""])[0] not in ("", "false")
         body = json.dumps(response, indent=4 if pretty else None, separators=None if pretty else (",", ":"),
                           ensure_ascii=False, allow_nan=False).encode()
-        self._send(status, "application/json", body)
+        self.send(status, "application/json", body)
 
-    def _send(self, status: int, content_type: str, body: bytes, location: str | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if location is not None:
-            self.send_header("Location", location)
-        self.end_headers()
-        self.wfile.write(body)
+    def deny(self, status: int, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        body = json.dumps(_envelope(None, errors=[{"code": status, "msg": reason}])).encode()
+        self.send(status, "application/json", body, headers)
 
     def _route(self, parts: list[str], params: dict[str, list[str]]) -> dict:
         store = self.store
@@ -159,9 +153,6 @@ class _Handler(BaseHTTPRequestHandler):
                 return _timeline(store, params)
         raise _HttpError(404, f"unknown path {self.path.split('?', 1)[0]!r}; see /api/services, /api/traces, "
                               "/api/llm/slowest, /api/llm/failed, /api/llm/timeline, /ui")
-
-    def log_message(self, format: str, *args) -> None:
-        logger.debug("%s " + format, self.address_string(), *args)
 
 
 def _search(store: TraceStore, params: dict[str, list[str]]) -> dict:

@@ -5,8 +5,12 @@ Receivers count what they accepted and refused per transport and signal
 exporters report sent, failed and dropped records and their queue
 (``otelcol_exporter_{sent,send_failed,enqueue_failed}_{metric_points,spans}``,
 ``otelcol_exporter_queue_{size,capacity}``, labelled ``exporter`` and ``data_type``); the
-store reports the series it holds. Span families appear once the collector takes traces.
-Thread-safety: `count` takes a lock; `families` reads exporters' own thread-safe `stats()`.
+store reports the series it holds; each HTTP listener the connections it closed before or
+instead of serving them (``otel_llm_collector_connections_closed_total{listener,reason}``:
+refused with a 503, idle, past the header or body deadline). Span families appear once the
+collector takes traces.
+Thread-safety: `count` takes a lock; `families` reads exporters' and listeners' own thread-safe
+`stats()`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class SelfTelemetry:
         self._data_types = data_types
         self._receiver: dict[tuple[str, str, str], list[int]] = {}  # (data type, receiver, transport) -> counts
         self._exporters: list = []  # with .name, .data_type, .stats() -> (sent, send_failed, enqueue_failed, size, cap)
+        self._listeners: list[tuple[str, object]] = []  # (name, HttpEndpoint)
         self._num_series = num_series
 
     def count(self, transport: str, accepted: int, refused: int, data_type: str = "metrics",
@@ -37,6 +42,9 @@ class SelfTelemetry:
 
     def add_exporter(self, exporter) -> None:
         self._exporters.append(exporter)
+
+    def add_listener(self, name: str, endpoint) -> None:
+        self._listeners.append((name, endpoint))
 
     def families(self) -> tuple[SelfFamily, ...]:
         with self._lock:
@@ -62,6 +70,12 @@ class SelfTelemetry:
                 "Number of spans that were in flight when the last run ended, sent again after the restart.",
                 tuple((label_text((("exporter", e.name), ("data_type", e.data_type))), e.stats().resent)
                       for e in traces)))
+        if self._listeners:
+            out.append(SelfFamily(
+                "otel_llm_collector_connections_closed", Kind.COUNTER,
+                "Connections an HTTP listener closed before or instead of serving them, by reason.",
+                tuple((label_text((("listener", name), ("reason", reason))), count)
+                      for name, endpoint in self._listeners for reason, count in endpoint.stats().as_reasons())))
         out.append(SelfFamily("otel_llm_collector_series", Kind.GAUGE, "Input series the collector holds.",
                               (("", self._num_series()),)))
         return tuple(out)

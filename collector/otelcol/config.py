@@ -40,10 +40,12 @@ from otel_llm.canonical.instruments import (
     instrument_table,
 )
 from otel_llm.collector.exporter.otlp import OtlpExporterConfig
+from otel_llm.collector.extension.auth import Authenticator, BearerTokenAuth
 from otel_llm.collector.otelcol.traces import header_lines as _traces_header
 from otel_llm.collector.otelcol.traces import traces_part
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+from otel_llm.collector.tls import TlsSettings
 from otel_llm.shim.profile import Profile, ProfileFamily
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
@@ -124,7 +126,8 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
                    remote_write_urls: Sequence[str] = (), traces_to: Sequence[str] = (),
                    traces_endpoint: str | None = None, storage_dir: str | None = None,
                    tail_sampling: TailSamplingConfig | None = None, memory_limit_mib: int = 512,
-                   metrics_to: Sequence[str] = ()) -> dict:
+                   metrics_to: Sequence[str] = (), tls: TlsSettings | None = None,
+                   auth: Authenticator | None = None) -> dict:
     """The otelcol-contrib config as plain data (dicts, lists, strings, ints, floats).
 
     `remote_write_urls`: Prometheus remote-write 1.0 endpoints (e.g. http://prometheus:9090/api/v1/write),
@@ -132,7 +135,9 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
     canonical names as received (no renames). Traces (collector/otelcol_traces.py), as `otel-llm collector` takes them:
     `traces_to` backend URLs (http(s)://host:port[/path] or grpc://host:port), `storage_dir` for their
     queues, `tail_sampling`; `traces_endpoint`: also host:port of an OTLP/gRPC backend, plain text
-    unless it starts with https://. No traces pipeline without a backend.
+    unless it starts with https://. No traces pipeline without a backend. `tls` and `auth`: the
+    listeners' (`tls` on the receivers and the prometheus exporter; `auth` on the receivers, as the
+    bearertokenauth/server or basicauth/server extension).
     Raises ValueError naming a bad profile (or one of `PROFILES`' others), URL, memory limit, or trace flags
     without a backend.
     """
@@ -183,20 +188,39 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
         exporters.update(otlp_metrics)
         pipelines["metrics/otlp"] = {"receivers": ["otlp"], "processors": ["memory_limiter", "batch"],
                                      "exporters": list(otlp_metrics)}
-    config: dict = {"receivers": {"otlp": {"protocols": {"grpc": {"endpoint": otlp_grpc_endpoint},
-                                                         "http": {"endpoint": otlp_http_endpoint}}}},
-                    "processors": processors, "exporters": exporters}
+    protocols = {"grpc": {"endpoint": otlp_grpc_endpoint}, "http": {"endpoint": otlp_http_endpoint}}
+    config: dict = {"receivers": {"otlp": {"protocols": protocols}}, "processors": processors, "exporters": exporters}
     service: dict = {}
+    extensions = _listener_security(tls, auth, [*protocols.values(), exporters["prometheus"]])
     if traces is not None:
         processors.update(traces.processors)
         exporters.update(traces.exporters)
         pipelines["traces"] = {"receivers": ["otlp"], "processors": ["memory_limiter", *traces.processors, "batch"],
                                "exporters": list(traces.exporters)}
-        if traces.extensions:
-            config["extensions"] = traces.extensions
-            service["extensions"] = list(traces.extensions)
+        extensions.update(traces.extensions)
+    if extensions:
+        config["extensions"] = extensions
+        service["extensions"] = list(extensions)
     config["service"] = {**service, "pipelines": pipelines}
     return config
+
+
+def _listener_security(tls: TlsSettings | None, auth: Authenticator | None, listeners: list[dict]) -> dict:
+    """Sets the Contrib's `tls` on every listener and `auth` on the receivers (the first two);
+    returns the authenticator extension it names."""
+    if tls is not None:
+        settings = {"cert_file": tls.cert_file, "key_file": tls.key_file}
+        if tls.client_ca_file is not None:
+            settings["client_ca_file"] = tls.client_ca_file
+        for listener in listeners:
+            listener["tls"] = dict(settings)
+    if auth is None:
+        return {}
+    name, extension = (("bearertokenauth/server", {"filename": auth.path}) if isinstance(auth, BearerTokenAuth)
+                       else ("basicauth/server", {"htpasswd": {"file": auth.path}}))
+    for receiver in listeners[:2]:
+        receiver["auth"] = {"authenticator": name}
+    return {name: extension}
 
 
 def _header(profile: Profile, traces: list[str]) -> str:
@@ -212,6 +236,7 @@ def _header(profile: Profile, traces: list[str]) -> str:
         "- other applications' metrics get no unit or _total suffixes here (the translation strategy is",
         "  global); ours adds them per the OTel specification.",
         "- no per-metric cardinality limit with an otel_metric_overflow series.",
+        "- with an authenticator, the prometheus exporter's /metrics is not behind it here (ours is).",
     ]
     if profile.emit_empty:
         lines.append("- no zero-valued pre-created series: a label combination appears with its first data point.")

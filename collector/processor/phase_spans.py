@@ -33,6 +33,7 @@ from typing import NamedTuple
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from otel_llm.collector.pdata.span_ids import id_problem
 from otel_llm.collector.pdata.traces_wire import TracesRequest
 
 
@@ -111,9 +112,8 @@ def derive(span: Span, dialect: LatencyDialect) -> list[Span]:
             elif kind == "int_value":
                 seconds[kv.key] = float(kv.value.int_value)
     values = [seconds.get(key) for key in wanted]
-    if (any(v is None or not math.isfinite(v) or v < 0 for v in values) or len(span.trace_id) != 16
-            or len(span.span_id) != 8 or not any(span.trace_id) or not any(span.span_id)):
-        return []
+    if any(v is None or not math.isfinite(v) or v < 0 for v in values) or id_problem(span):
+        return []  # a span with bad ids is refused by the pipeline: no children of it
     ttft, queue, prefill, decode = (round(v * 1e9) for v in values)
     first = span.start_time_unix_nano + ttft
     prefill_start = first - prefill

@@ -6,7 +6,9 @@ sink parses once (the metric store with its fast view) and a malformed message
 answers ``INVALID_ARGUMENT`` with the parse error instead of gRPC's generic
 ``INTERNAL``. A sink that refuses part of a request answers with
 ``partial_success``; one that raises answers ``INTERNAL`` and is logged.
-Messages over ``max_message_bytes`` are refused by gRPC (``RESOURCE_EXHAUSTED``).
+Messages over ``max_message_bytes`` are refused by gRPC (``RESOURCE_EXHAUSTED``). With `tls`,
+the port is a TLS one (mutual with a client CA); with `auth`, a call without the credentials in
+its ``authorization`` metadata answers ``UNAUTHENTICATED``.
 
 Threads: gRPC's server pool (``max_workers``) calls the sink concurrently.
 """
@@ -19,8 +21,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from otel_llm.collector.extension.auth import Authenticator
 from otel_llm.collector.pdata.otlp_codec import PayloadError
 from otel_llm.collector.receiver.otlp_http import ROUTES, Signal, SignalRoute, Sink, export_response
+from otel_llm.collector.tls import TlsSettings
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,8 @@ class OtlpGrpcReceiverConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     max_workers: int = 4
     signals: frozenset[Signal] = frozenset(Signal)  # others answer UNIMPLEMENTED
+    tls: TlsSettings | None = None
+    auth: Authenticator | None = None
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -51,7 +57,7 @@ class OtlpGrpcReceiverConfig:
 
 
 class OtlpGrpcReceiver:
-    """Serves OTLP/gRPC (insecure) on ``config.host:config.port`` until stopped."""
+    """Serves OTLP/gRPC on ``config.host:config.port`` until stopped."""
 
     def __init__(self, sink: Sink, config: OtlpGrpcReceiverConfig | None = None) -> None:
         self.sink = sink
@@ -70,8 +76,9 @@ class OtlpGrpcReceiver:
         if self._server is not None:
             raise RuntimeError("OtlpGrpcReceiver already started")
         limit = self.config.max_message_bytes
+        interceptors = () if self.config.auth is None else (_AuthInterceptor(self.config.auth),)
         server = grpc.server(futures.ThreadPoolExecutor(self.config.max_workers, thread_name_prefix="otlp-grpc"),
-                             options=[("grpc.max_receive_message_length", limit)])
+                             options=[("grpc.max_receive_message_length", limit)], interceptors=interceptors)
         for route in ROUTES.values():
             if route.signal in self.config.signals:
                 handler = grpc.unary_unary_rpc_method_handler(
@@ -79,7 +86,10 @@ class OtlpGrpcReceiver:
                     response_serializer=lambda message: message.SerializeToString())
                 server.add_generic_rpc_handlers(
                     (grpc.method_handlers_generic_handler(_SERVICES[route.signal], {"Export": handler}),))
-        port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        address = f"{self.config.host}:{self.config.port}"
+        tls = self.config.tls
+        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(
+            address, tls.grpc_credentials())
         if port == 0:
             raise OSError(f"cannot bind OTLP/gRPC to {self.config.host}:{self.config.port}")
         server.start()
@@ -109,3 +119,23 @@ class OtlpGrpcReceiver:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+class _AuthInterceptor(grpc.ServerInterceptor):
+    """Refuses a call whose ``authorization`` metadata the authenticator does not accept."""
+
+    def __init__(self, auth: Authenticator) -> None:
+        self._auth = auth
+        self.unauthorized = 0
+
+        def deny(request, context: grpc.ServicerContext):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong credentials")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, handler_call_details):
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        if self._auth.check(metadata.get("authorization")):
+            return continuation(handler_call_details)
+        self.unauthorized += 1
+        return self._deny

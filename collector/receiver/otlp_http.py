@@ -10,12 +10,9 @@ decompressed, over ``max_body_bytes``) or 415 (unknown content type or
 encoding), with a ``google.rpc.Status`` carrying the reason in the request's
 encoding (plain text when the content type is unknown).
 
-Threads: one server thread accepts; each connection gets its own daemon
-thread, which calls the sink, up to ``max_connections`` at once (a connection
-beyond that gets a 503 with ``Retry-After: 1`` and is closed at once, so a
-client still sending may see the connection reset instead: OTLP clients retry
-either; counted in `stats().refused_connections`). The sink must be
-thread-safe; if it raises, the request answers 500 and the exception is logged.
+Threads: served by `HttpEndpoint` (its connection limits, deadlines and 503s; the
+`HttpServerSettings` in ``config.server``): each connection's thread calls the sink. The sink
+must be thread-safe; if it raises, the request answers 500 and the exception is logged.
 
 Size: one request path: framing, limits, the Collector's status codes and partial success, each step
 needing the one before.
@@ -25,16 +22,16 @@ import enum
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from otel_llm.collector.http_connection import EndpointHandler
+from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
 from otel_llm.collector.pdata import otlp_codec
 from otel_llm.collector.pdata.otlp_codec import CONTENT_TYPES, TEXT, PayloadError
 
@@ -106,9 +103,8 @@ class OtlpReceiverConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 = any free port; read the bound one from OtlpReceiver.endpoint
     max_body_bytes: int = 16 * 1024 * 1024  # applies before and after decompression
-    request_timeout_s: float = 10.0  # socket timeout per connection read
     signals: frozenset[Signal] = frozenset(Signal)  # others answer 404
-    max_connections: int = 256  # connections served at once (one thread each); more are answered 503
+    server: HttpServerSettings = field(default_factory=HttpServerSettings)  # connections, deadlines
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -119,19 +115,13 @@ class OtlpReceiverConfig:
             raise ValueError(
                 f"OtlpReceiverConfig.max_body_bytes must be > 0, got {self.max_body_bytes!r}"
             )
-        if self.request_timeout_s <= 0:
-            raise ValueError(
-                f"OtlpReceiverConfig.request_timeout_s must be > 0, got {self.request_timeout_s!r}"
-            )
-        if not (isinstance(self.max_connections, int) and self.max_connections >= 1):
-            raise ValueError(f"OtlpReceiverConfig.max_connections must be an int >= 1, got {self.max_connections!r}")
 
 
 class ReceiverStats(NamedTuple):
     accepted: int  # requests handed to the sink
     rejected: int  # answered 4xx
     failed: int  # the sink raised (500)
-    refused_connections: int = 0  # beyond max_connections: answered 503 and closed
+    refused_connections: int = 0  # beyond the server's max_connections: answered 503 and closed
 
 
 class OtlpReceiver:
@@ -142,63 +132,38 @@ class OtlpReceiver:
 
     def __init__(self, sink: Sink, config: OtlpReceiverConfig | None = None) -> None:
         self.sink = sink
-        self.config = config or OtlpReceiverConfig()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self.config = config = config or OtlpReceiverConfig()
+        self.server = HttpEndpoint(type("_Bound", (_Handler,), {"receiver": self}), config.host, config.port,
+                                   "otlp-receiver", config.server)
         self._stats_lock = threading.Lock()
         self._accepted = self._rejected = self._failed = 0
+        self._started = False
 
     @property
     def endpoint(self) -> str:
         """Base URL, e.g. ``http://127.0.0.1:4318``; append ``/v1/traces`` etc."""
-        if self._server is None:
+        if not self._started:
             raise RuntimeError("OtlpReceiver is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.server.base_url
 
     def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError("OtlpReceiver already started")
-        handler = type(
-            "_BoundHandler",
-            (_Handler,),
-            {"receiver": self, "timeout": self.config.request_timeout_s},
-        )
-        self._server = _Server((self.config.host, self.config.port), handler)
-        self._server.slots = threading.BoundedSemaphore(self.config.max_connections)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},  # bounds how long stop() waits
-            name="otlp-receiver",
-            daemon=True,
-        )
-        self._thread.start()
+        self.server.start()
+        self._started = True
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        assert self._thread is not None
-        self._thread.join()
-        self._server = self._thread = None
+        self.server.stop()
+        self._started = False
 
     def __enter__(self) -> "OtlpReceiver":
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def stats(self) -> ReceiverStats:
         with self._stats_lock:
-            refused = self._server.refused if self._server is not None else 0
-            return ReceiverStats(self._accepted, self._rejected, self._failed, refused)
+            return ReceiverStats(self._accepted, self._rejected, self._failed, self.server.stats().refused)
 
     def _count(self, status: int) -> None:
         with self._stats_lock:
@@ -214,37 +179,7 @@ class _ClientGone(Exception):
     pass
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    slots: threading.BoundedSemaphore
-    refused = 0
-    _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
-             b"Connection: close\r\n\r\n")
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):  # every connection thread busy: say so, and close
-            self.refused += 1
-            try:
-                request.sendall(self._BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that vanishes or times out mid-request is not our error.
-        logger.debug("OTLP connection from %s failed", client_address, exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(EndpointHandler):
     server_version = "otel-llm-otlp"
     receiver: OtlpReceiver
 
@@ -253,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             status, body = self._export(content_type)
         except _ClientGone:
-            # It stalled past request_timeout_s or disconnected: nobody to answer.
+            # It missed its body deadline or disconnected: nobody to answer.
             logger.debug("OTLP client %s gone mid-body", self.address_string(), exc_info=True)
             self.close_connection = True
             return
@@ -352,15 +287,13 @@ class _Handler(BaseHTTPRequestHandler):
             length -= len(chunk)
 
     def _respond(self, status: int, content_type: str, body: bytes) -> None:
-        self.send_response(status)
-        if status == 405:
-            self.send_header("Allow", "POST")
-        self.send_header("Content-Type", content_type if content_type in CONTENT_TYPES else TEXT)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        self.send(status, content_type if content_type in CONTENT_TYPES else TEXT, body,
+                  (("Allow", "POST"),) if status == 405 else ())
+
+    def deny(self, status: int, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        content_type = otlp_codec.media_type(self.headers.get("Content-Type", ""))
+        self.send(status, content_type if content_type in CONTENT_TYPES else TEXT,
+                  otlp_codec.error_body(status, reason, content_type), headers)
 
     def _reject_method(self) -> None:
         content_type = otlp_codec.media_type(self.headers.get("Content-Type", ""))
@@ -373,9 +306,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(status, content_type, otlp_codec.error_body(status, reason, content_type))
 
     do_GET = do_PUT = do_DELETE = do_PATCH = _reject_method
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s " + format, self.address_string(), *args)
 
 
 __all__ = [

@@ -19,22 +19,19 @@ import logging
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.exposition import SelfFamily
 from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
+from otel_llm.collector.receiver.scrape_fetch import fetch
 from otel_llm.export.exposition import label_text
 from otel_llm.export.redaction import redact_url
 
 logger = logging.getLogger("otel_llm.collector")
 
-ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 _JOB = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -146,42 +143,6 @@ def load_scrape_config(path: str) -> list[ScrapeTarget]:
                 except (TypeError, ValueError) as exc:
                     raise ValueError(f"{where}: {exc}") from None
     return targets
-
-
-def fetch(target: ScrapeTarget) -> tuple[str, bool]:
-    """(body, is OpenMetrics). Raises ScrapeError: unreachable, http_status, timeout, body_limit, malformed."""
-    deadline = time.monotonic() + target.timeout_s
-    request = urllib.request.Request(target.url, headers={
-        "Accept": ACCEPT, "User-Agent": "otel-llm-collector",
-        "X-Prometheus-Scrape-Timeout-Seconds": f"{target.timeout_s:g}"})
-    try:
-        with urllib.request.urlopen(request, timeout=target.timeout_s) as answer:
-            openmetrics = answer.headers.get("Content-Type", "").startswith("application/openmetrics-text")
-            chunks, size = [], 0
-            while True:
-                chunk = answer.read1(_CHUNK)  # what has arrived (read() would wait for a full chunk)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > target.body_limit:
-                    raise ScrapeError("body_limit", f"body larger than {target.body_limit} bytes (body_limit)")
-                if time.monotonic() > deadline:
-                    raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s")
-                chunks.append(chunk)
-    except urllib.error.HTTPError as exc:
-        raise ScrapeError("http_status", f"HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        if not isinstance(exc.reason, TimeoutError):
-            raise ScrapeError("unreachable", f"cannot connect: {exc.reason}") from None
-        raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s") from None
-    except TimeoutError:  # (socket.timeout is TimeoutError)
-        raise ScrapeError("timeout", f"no complete answer within {target.timeout_s:g}s") from None
-    except OSError as exc:  # reset, refused mid-answer
-        raise ScrapeError("unreachable", f"connection failed: {exc}") from None
-    try:
-        return b"".join(chunks).decode("utf-8"), openmetrics
-    except UnicodeDecodeError as exc:
-        raise ScrapeError("malformed", f"the body is not UTF-8: {exc}") from None
 
 
 class Scraper:

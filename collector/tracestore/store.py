@@ -1,18 +1,20 @@
 """The collector's trace store (``--trace-store DIR``): spans in one SQLite file, indexed for
 trace lookup, Jaeger-style search and the LLM questions (slowest requests, failed requests).
 
-Layout (``DIR/traces.sqlite``, WAL, synchronous=NORMAL): one ``spans`` row per span (ids,
-service, name, kind, start/duration in µs, status code, and ``body`` = the span's protobuf
-with ids and name cleared); ``resources`` and ``scopes`` deduplicated (protobuf bytes);
-``operations`` (service, name, kind) for the service/operation lists; one ``requests`` row per
-span carrying ``gen_ai.latency.*`` attributes (TTFT, e2e, queue time in seconds, error flag,
-finish reason), sharing the span's row id.
+Layout (``DIR/traces.sqlite``, WAL, synchronous=NORMAL; the schema in `schema`): one ``spans``
+row per (trace_id, span_id) (ids, service, name, kind, start/duration in µs, status code, and
+``body`` = the span's protobuf with ids and name cleared); ``resources`` and ``scopes``
+deduplicated (protobuf bytes); ``operations`` (service, name, kind) for the service/operation
+lists; one ``requests`` row per span carrying ``gen_ai.latency.*`` attributes (TTFT, e2e, queue
+time in seconds, error flag, finish reason), sharing the span's row id. OTLP delivery is at
+least once (clients and the exporters' queues resend): a span that comes again, in the same
+batch or later, is the same span, and the first stored stays.
 
 Threads: `add` and `enforce_retention` write under one lock on one connection (one writer
 thread is expected; a batch is one transaction). Queries run on pooled read-only connections
 and see only committed batches, concurrently with the writer. All methods are thread-safe.
 
-Size: one noun, the SQLite store: its schema, writer and queries share the connections and one lock.
+Size: one noun, the SQLite store: its writer and queries share the connections and one lock.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.collector.pdata.request_span import request_facts
+from otel_llm.collector.pdata.span_ids import id_problem
+from otel_llm.collector.tracestore import schema
 from otel_llm.collector.tracestore.query import (
     DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
     span_matches,
@@ -41,25 +45,6 @@ from otel_llm.collector.tracestore.query import (
 
 _METRIC_COLUMNS = {"ttft": "ttft_s", "e2e": "e2e_s", "queue": "queue_s"}
 _DELETE_CHUNK = 20_000  # rows per transaction while deleting, so the WAL stays small
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS services (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS resources (id INTEGER PRIMARY KEY, service_id INTEGER NOT NULL, body BLOB NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS scopes (id INTEGER PRIMARY KEY, body BLOB NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS operations (service_id INTEGER NOT NULL, name TEXT NOT NULL, kind INTEGER NOT NULL,
-    PRIMARY KEY (service_id, name, kind)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS spans (id INTEGER PRIMARY KEY, trace_id BLOB NOT NULL, span_id BLOB NOT NULL,
-    parent_span_id BLOB, service_id INTEGER NOT NULL, resource_id INTEGER NOT NULL, scope_id INTEGER NOT NULL,
-    name TEXT NOT NULL, kind INTEGER NOT NULL, start_us INTEGER NOT NULL, duration_us INTEGER NOT NULL,
-    status_code INTEGER NOT NULL, body BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS spans_trace ON spans (trace_id);
-CREATE INDEX IF NOT EXISTS spans_service ON spans (service_id, start_us);
-CREATE INDEX IF NOT EXISTS spans_operation ON spans (service_id, name, start_us);
-CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, trace_id BLOB NOT NULL, span_id BLOB NOT NULL,
-    service_id INTEGER NOT NULL, operation TEXT NOT NULL, start_us INTEGER NOT NULL, duration_us INTEGER NOT NULL,
-    ttft_s REAL, e2e_s REAL, queue_s REAL, error INTEGER NOT NULL, error_type TEXT, finish_reason TEXT);
-CREATE INDEX IF NOT EXISTS requests_start ON requests (start_us);
-CREATE INDEX IF NOT EXISTS requests_failed ON requests (start_us) WHERE error = 1;
-"""
 
 
 @dataclass(frozen=True)
@@ -89,7 +74,7 @@ class TraceStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000", f"journal_size_limit={64 << 20}"):
             self._db.execute(f"PRAGMA {pragma}")
-        self._db.executescript(_SCHEMA)
+        schema.create_or_upgrade(self._db)
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         self._closed = False
         self._parsed: dict[tuple[str, int], Resource | InstrumentationScope] = {}  # read side, by (table, id)
@@ -108,7 +93,8 @@ class TraceStore:
 
     def add(self, request_bytes: bytes) -> int:
         """Stores every span of a serialized ExportTraceServiceRequest in one transaction;
-        returns how many. Raises ValueError (nothing stored) when it is malformed."""
+        returns how many were new (one already stored, same trace_id and span_id, is skipped).
+        Raises ValueError (nothing stored) when it is malformed."""
         try:
             request = ExportTraceServiceRequest.FromString(request_bytes)
         except (DecodeError, RecursionError) as exc:
@@ -116,24 +102,24 @@ class TraceStore:
         for rs in request.resource_spans:
             for ss in rs.scope_spans:
                 for span in ss.spans:
-                    if len(span.trace_id) != 16 or not any(span.trace_id) or len(span.span_id) != 8 \
-                            or not any(span.span_id) or len(span.parent_span_id) not in (0, 8):
-                        raise ValueError(f"span {span.name!r} has an invalid trace_id {span.trace_id.hex()!r}, "
-                                         f"span_id {span.span_id.hex()!r} or parent_span_id {span.parent_span_id.hex()!r}")
+                    problem = id_problem(span)
+                    if problem:
+                        raise ValueError(f"span {span.name[:100]!r}: {problem} (trace_id {span.trace_id[:32].hex()!r}, "
+                                         f"span_id {span.span_id[:32].hex()!r})")
         with self._lock:
             if self._closed:
                 raise RuntimeError("TraceStore is closed")
             self._db.execute("BEGIN")
             try:
                 spans, requests = self._rows(request)
-                self._db.executemany("INSERT INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
-                self._db.executemany("INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", requests)
+                stored = self._db.executemany(schema.INSERT_SPAN, spans).rowcount
+                self._db.executemany(schema.INSERT_REQUEST, requests)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 self._load_writer_state()
                 raise
-            return len(spans)
+            return stored
 
     def _rows(self, request: ExportTraceServiceRequest) -> tuple[list[tuple], list[tuple]]:
         spans, requests, row = [], [], self._next_id

@@ -69,6 +69,14 @@ def escape_label_value(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def escape_help(text: str, openmetrics: bool) -> str:
+    """A HELP text as each format writes it: text format 0.0.4 escapes only backslash and newline
+    (a `\\"` there is an invalid escape, and promtool rejects the whole exposition); OpenMetrics
+    1.0 escapes double quotes too, as in label values."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return text.replace('"', '\\"') if openmetrics else text
+
+
 format_value = go_float  # as prometheus_client writes numbers (Go's formatting: `1e+06`, `+Inf`)
 
 
@@ -302,7 +310,7 @@ def family_header(lines: list[str], name: str, kind: Kind, help_text: str, openm
     """HELP and TYPE of a family (a counter's name takes `_total` in text format 0.0.4)."""
     fname = name if (openmetrics or kind is not Kind.COUNTER) else name + counter_suffix
     if help_text:
-        lines.append(f"# HELP {fname} {escape_label_value(help_text)}")
+        lines.append(f"# HELP {fname} {escape_help(help_text, openmetrics)}")
     lines.append(f"# TYPE {fname} {kind.value}")
 
 

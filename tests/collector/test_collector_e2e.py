@@ -1,5 +1,6 @@
 """The collector with real parts: OTel SDK exporters (HTTP and gRPC) from several servers in,
-a real Prometheus scraping it, promtool on its exposition, real `otel-llm serve` processes."""
+a real Prometheus scraping it, promtool on its exposition (HELP texts with quotes, backslashes and
+newlines included), real `otel-llm serve` processes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
 
 from otel_llm.collector.exporter.prometheus.metric_store import StoreConfig
 from otel_llm.collector.service import Collector, CollectorConfig
@@ -194,3 +197,24 @@ def test_real_prometheus_receives_the_collectors_remote_write(prometheus_server)
         assert sent > 0
         assert own['otelcol_exporter_send_failed_metric_points_total{exporter="prometheusremotewrite/0",'
                    'data_type="metrics"}'] == 0
+
+
+def test_help_text_with_quotes_backslashes_and_newlines_is_escaped_as_each_format_requires():
+    """Text format 0.0.4 escapes only backslash and newline in HELP (a `\\"` fails promtool for the
+    whole exposition); OpenMetrics 1.0 escapes the double quote too."""
+    description = 'Orders "placed", C:\\shop\\orders\nsecond line'
+    metric = counter("shop.orders", 3)
+    metric.description = description
+    with new_collector() as collector:
+        answer = httpx.post(f"{collector.http.endpoint}/v1/metrics", content=request([metric]),
+                            headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+        assert answer.status_code == 200
+        text, openmetrics = scrape(collector), scrape(collector, openmetrics=True)
+    assert '# HELP shop_orders_total Orders "placed", C:\\\\shop\\\\orders\\nsecond line\n' in text
+    assert promtool_check_metrics(text) == []
+    assert '# HELP shop_orders Orders \\"placed\\", C:\\\\shop\\\\orders\\nsecond line\n' in openmetrics
+    for parse, exposition in ((text_string_to_metric_families, text),
+                              (openmetrics_families, openmetrics)):
+        families = {f.name: f for f in parse(exposition)}
+        assert families["shop_orders"].documentation == description
+        assert [s.value for s in families["shop_orders"].samples if s.name == "shop_orders_total"] == [3]

@@ -1,17 +1,23 @@
 """`--trace-store`: a real server's request spans through the collector into the store, read back over
 Jaeger's query API the way Grafana and the Jaeger UI ask, and the LLM questions answered: the
-slowest requests, the aborted ones, and the trace behind an exemplar on the server's /metrics."""
+slowest requests, the aborted ones, and the trace behind an exemplar on the server's /metrics; a span
+delivered again (OTLP is at least once) stored and served once."""
 
 from __future__ import annotations
 
 import re
+import time
 
+import grpc
 import httpx
 import pytest
 from openai import OpenAI
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.tracestore.store import TraceStoreConfig
+from tests.collector.otlp_builders import samples
+from tests.collector.tracestore.test_store import llm_spans, request, tid
 from tests.server.api.api_server_harness import ServerProcess, wait_until
 
 
@@ -77,3 +83,30 @@ def test_real_server_traces_are_stored_and_served_as_jaeger_does(tmp_path):
         stats = collector.render().decode()
         assert re.search(r'^otelcol_exporter_sent_spans_total\{exporter="tracestore",data_type="traces"\} [1-9]',
                          stats, re.M)
+
+
+def test_a_span_delivered_again_is_stored_and_served_once(tmp_path):
+    """OTLP delivery is at least once: a client's retry, the on-disk queue's resend after a restart."""
+    config = CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, jaeger_port=0,
+                             trace_store=TraceStoreConfig(str(tmp_path)))
+    spans = llm_spans(1, time.time_ns() - 10**9)
+    once, twice = request(spans), request(spans + spans)  # the second: the same spans twice in one request
+    with Collector(config) as collector:
+        api = collector.jaeger.url
+        for body in [once] * 20 + [twice]:
+            answer = httpx.post(f"{collector.http.endpoint}/v1/traces", content=body.SerializeToString(),
+                                headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+            assert answer.status_code == 200
+        with grpc.insecure_channel(collector.grpc.endpoint) as channel:
+            channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                                request_serializer=ExportTraceServiceRequest.SerializeToString)(once, timeout=10)
+        sent = 'otelcol_exporter_sent_spans_total{exporter="tracestore",data_type="traces"}'
+        assert wait_until(lambda: samples(collector.render().decode())[sent] == 5 * 23, timeout_s=10)
+
+        traces = get(api, f"/api/traces/{tid(1).hex()}")["data"]
+        assert len(traces) == 1 and sorted(s["spanID"] for s in traces[0]["spans"]) == sorted(s.span_id.hex() for s in spans)
+        found = get(api, "/api/traces", service="llm")["data"]
+        assert len(found) == 1 and len(found[0]["spans"]) == 5
+        timeline = get(api, "/api/llm/timeline")
+        assert timeline["total"] == timeline["data"]["requests"] == len(timeline["data"]["rows"]) == 1
+        assert len(get(api, "/api/llm/slowest", metric="ttft")["data"]) == 1

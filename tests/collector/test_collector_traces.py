@@ -1,21 +1,32 @@
 """The collector's traces pipeline with real parts: OTel SDK exporters (HTTP and gRPC) and a real
 `otel-llm serve` as sources, two OTLP backends (receivers started here), one of them down and
-then back."""
+then back; spans with ids OTLP forbids refused as a partial success over every transport."""
 
 from __future__ import annotations
 
+import base64
+import json
+
+import grpc
 import httpx
 import pytest
+from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
 from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
 from otel_llm.collector.receiver.otlp_http import OtlpReceiver
 from otel_llm.collector.service import Collector, CollectorConfig
-from tests.collector.otlp_builders import samples
+from otel_llm.collector.tracestore.store import TraceStoreConfig
+from tests.collector.otlp_builders import SEC, kvs, samples
 from tests.harness import free_port
 from tests.harness.memory_sink import MemorySink
 from tests.server.api.api_server_harness import ServerProcess, wait_until
@@ -125,7 +136,7 @@ def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
             e.start()
         try:
             for _ in range(50):
-                assert pipeline.consume(body) == 100  # never blocks on the stalled backend
+                assert pipeline.consume(body) == (100, 0, "")  # never blocks on the stalled backend
             assert wait_until(lambda: len(healthy.received_spans()) == 5000, timeout_s=10)
             stats = exporters[1].stats()
             assert stats.queue_size <= 4 and stats.enqueue_failed >= (50 - 4 - 5) * 100 and stats.sent == 0
@@ -133,3 +144,62 @@ def test_a_stalled_backend_holds_up_nothing_and_its_queue_stays_bounded():
             for e in exporters:
                 e.stop(0.2)
             stalled.close()
+
+
+def spans_with_bad_ids(trace_id: bytes) -> list[Span]:
+    """Three good spans of `trace_id`, and two OTLP forbids: a 3-byte trace id, an empty span id."""
+    good = [Span(trace_id=trace_id, span_id=bytes([9, i]) * 4, name=f"good {i}", start_time_unix_nano=SEC,
+                 end_time_unix_nano=2 * SEC) for i in range(1, 4)]
+    return good + [Span(trace_id=b"\x01\x02\x03", span_id=bytes([7]) * 8, name="short trace id"),
+                   Span(trace_id=trace_id, span_id=b"", name="no span id")]
+
+
+def traces_request(spans: list[Span]) -> ExportTraceServiceRequest:
+    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+        resource={"attributes": kvs({"service.name": "app"})}, scope_spans=[ScopeSpans(spans=spans)])])
+
+
+def otlp_json(request: ExportTraceServiceRequest) -> bytes:
+    """OTLP JSON: protobuf's JSON mapping with the ids in hex instead of base64."""
+    document = json_format.MessageToDict(request)
+    for span in document["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for key in ("traceId", "spanId"):
+            if key in span:
+                span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(document).encode()
+
+
+@pytest.mark.parametrize("sampling", [None, TailSamplingConfig(keep_fraction=1.0)], ids=["as_received", "tail_sampled"])
+def test_spans_with_invalid_ids_are_refused_as_a_partial_success_and_the_rest_taken(tmp_path, sampling):
+    trace_ids = {via: bytes([n]) * 16 for n, via in enumerate(("protobuf", "json", "grpc"), 1)}
+    config = CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, jaeger_port=0,
+                             trace_store=TraceStoreConfig(str(tmp_path)), tail_sampling=sampling)
+    with Collector(config) as collector:
+        url = f"{collector.http.endpoint}/v1/traces"
+        answers = {}
+        answer = httpx.post(url, content=traces_request(spans_with_bad_ids(trace_ids["protobuf"])).SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"}, timeout=10)
+        assert answer.status_code == 200
+        answers["protobuf"] = ExportTraceServiceResponse.FromString(answer.content).partial_success
+        answer = httpx.post(url, content=otlp_json(traces_request(spans_with_bad_ids(trace_ids["json"]))),
+                            headers={"Content-Type": "application/json"}, timeout=10)
+        assert answer.status_code == 200
+        answers["json"] = json_format.Parse(answer.content, ExportTraceServiceResponse()).partial_success
+        with grpc.insecure_channel(collector.grpc.endpoint) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                                         request_serializer=ExportTraceServiceRequest.SerializeToString,
+                                         response_deserializer=ExportTraceServiceResponse.FromString)
+            answers["grpc"] = export(traces_request(spans_with_bad_ids(trace_ids["grpc"])), timeout=10).partial_success
+        for via, partial in answers.items():
+            assert partial.rejected_spans == 2, via
+            assert partial.error_message == "trace_id is 3 bytes, not 16 (1 span); span_id is 0 bytes, not 8 (1 span)"
+        # the good spans of the same requests are stored (a bad one in a store batch used to cost all of it)
+        store = collector.trace_store
+        assert wait_until(lambda: all(len(store.trace(t.hex())) == 3 for t in trace_ids.values()), timeout_s=10)
+        assert {s.span.name for s in store.trace(trace_ids["json"].hex())} == {"good 1", "good 2", "good 3"}
+        own = own_metrics(collector)
+    for transport, refused, accepted in (("http", 4, 6), ("grpc", 2, 3)):
+        labels = f'{{receiver="otlp",transport="{transport}"}}'
+        assert own[f"otelcol_receiver_refused_spans_total{labels}"] == refused
+        assert own[f"otelcol_receiver_accepted_spans_total{labels}"] == accepted
+    assert own['otelcol_exporter_send_failed_spans_total{exporter="tracestore",data_type="traces"}'] == 0

@@ -2,17 +2,17 @@
 the ``Accept`` header asks for it, as Prometheus does, and the endpoint may serve it),
 ``GET /`` a pointer to it.
 
-Threads: one accepting thread, one daemon thread per connection; `render` is
-called on those threads and must be thread-safe.
+Threads: `HttpEndpoint`'s (a thread per connection, with its limits and deadlines); `render`
+is called on those threads and must be thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
 
-from otel_llm.collector.http_endpoint import HttpEndpoint
+from otel_llm.collector.http_connection import EndpointHandler
+from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
 from otel_llm.export.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, negotiate
 
 logger = logging.getLogger(__name__)
@@ -23,19 +23,17 @@ class ScrapeEndpoint(HttpEndpoint):
     False: text 0.0.4 whatever the client asks (a profile of a text-only server)."""
 
     def __init__(self, render: Callable[[bool], bytes], host: str = "127.0.0.1", port: int = 0,
-                 openmetrics: bool = True) -> None:
+                 openmetrics: bool = True, settings: HttpServerSettings | None = None) -> None:
         self.render = render
         handler = type("_BoundHandler", (_Handler,), {"render": staticmethod(render), "openmetrics": openmetrics})
-        super().__init__(handler, host, port, "prometheus-scrape")
+        super().__init__(handler, host, port, "prometheus-scrape", settings)
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/metrics"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "otel-llm-collector"
+class _Handler(EndpointHandler):
     render: Callable[[bool], bytes]
     openmetrics: bool
 
@@ -47,20 +45,10 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self.render(openmetrics)
             except Exception:
                 logger.exception("rendering /metrics failed")
-                self._send(500, CONTENT_TYPE_TEXT, b"internal error while rendering metrics\n")
+                self.send(500, CONTENT_TYPE_TEXT, b"internal error while rendering metrics\n")
                 return
-            self._send(200, CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT, body)
+            self.send(200, CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT, body)
         elif path == "/":
-            self._send(200, "text/plain; charset=utf-8", b"otel-llm collector: Prometheus metrics at /metrics\n")
+            self.send(200, "text/plain; charset=utf-8", b"otel-llm collector: Prometheus metrics at /metrics\n")
         else:
-            self._send(404, "text/plain; charset=utf-8", f"unknown path {path!r}; use /metrics\n".encode())
-
-    def _send(self, status: int, content_type: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args) -> None:
-        logger.debug("%s " + format, self.address_string(), *args)
+            self.send(404, "text/plain; charset=utf-8", f"unknown path {path!r}; use /metrics\n".encode())

@@ -31,7 +31,7 @@ def spans_request(n: int, first: int = 0, service: str = "svc") -> bytes:
     rs.resource.attributes.add(key="service.name").value.string_value = service
     ss = rs.scope_spans.add()
     for i in range(first, first + n):
-        ss.spans.add(trace_id=i.to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"), name=f"span {i}",
+        ss.spans.add(trace_id=(i + 1).to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"), name=f"span {i}",
                      start_time_unix_nano=1, end_time_unix_nano=2)
     return request.SerializeToString()
 

@@ -13,9 +13,11 @@ from otel_llm.canonical.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
 )
+from otel_llm.collector.extension.auth import parse_auth
 from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
+from otel_llm.collector.tls import TlsSettings
 from otel_llm.export.exposition import series_groups
 from otel_llm.shim.profiles import get_profile
 
@@ -27,9 +29,15 @@ CORE, CONTRIB = "open-telemetry/opentelemetry-collector", "open-telemetry/opente
 # its file index (latest stored versions of each file).
 DOCUMENTED = {
     ("receivers", "otlp"): (
-        {"protocols.grpc.endpoint", "protocols.http.endpoint"},
+        {f"protocols.{p}.{k}" for p in ("grpc", "http")
+         for k in ("endpoint", "tls.cert_file", "tls.key_file", "tls.client_ca_file", "auth.authenticator")},
         f"{CORE}: receiver/otlpreceiver/config.go (protocols.grpc, protocols.http), "
-        "config/confignet/confignet.go (endpoint)"),
+        "config/confignet/confignet.go (endpoint), config/configtls/configtls.go (ServerConfig: cert_file, "
+        "key_file, client_ca_file), config/configauth/configauth.go (authenticator)"),
+    ("extensions", "bearertokenauth"): (
+        {"filename"}, f"{CONTRIB}: extension/bearertokenauthextension/README.md, config.go"),
+    ("extensions", "basicauth"): (
+        {"htpasswd.file"}, f"{CONTRIB}: extension/basicauthextension/README.md, config.go"),
     ("processors", "memory_limiter"): (
         {"check_interval", "limit_mib", "spike_limit_mib"},
         f"{CORE}: internal/memorylimiter/config.go, processor/memorylimiterprocessor/README.md"),
@@ -48,7 +56,8 @@ DOCUMENTED = {
         f"{CONTRIB}: processor/metricstransformprocessor/config.go, README.md, operation_aggregate_labels.go "
         "(histograms summed bucket-wise)"),
     ("exporters", "prometheus"): (
-        {"endpoint", "enable_open_metrics", "metric_expiration", "translation_strategy", "without_scope_info"},
+        {"endpoint", "enable_open_metrics", "metric_expiration", "translation_strategy", "without_scope_info",
+         "tls.cert_file", "tls.key_file", "tls.client_ca_file"},
         f"{CONTRIB}: exporter/prometheusexporter/config.go, README.md"),
     ("exporters", "prometheusremotewrite"): (
         {"endpoint", "translation_strategy", "disable_scope_info"},
@@ -250,6 +259,29 @@ def test_yaml_parses_and_uses_only_documented_keys(profile_name, traces):
     assert "otelcol-contrib --config" in text.split("\nreceivers:")[0]
     config = yaml.safe_load(text)
     assert config == otelcol_config(profile_name, **kwargs)
+    check_documented(config)
+
+
+@pytest.mark.parametrize("auth_kind", ["bearer-token-file", "htpasswd-file"])
+def test_tls_and_auth_go_on_every_listener_with_documented_keys(tmp_path, auth_kind):
+    secret = tmp_path / "secret"
+    secret.write_text("user:password\n" if auth_kind == "htpasswd-file" else "token\n")
+    tls = TlsSettings("/etc/otelcol/cert.pem", "/etc/otelcol/key.pem", "/etc/otelcol/ca.pem")
+    config = yaml.safe_load(render_otelcol_config("vllm", tls=tls, auth=parse_auth(f"{auth_kind}={secret}"),
+                                                  traces_endpoint="jaeger:4317"))
+    check_documented(config)
+    name = "bearertokenauth/server" if auth_kind == "bearer-token-file" else "basicauth/server"
+    expected = {"bearertokenauth/server": {"filename": str(secret)},
+                "basicauth/server": {"htpasswd": {"file": str(secret)}}}[name]
+    assert config["extensions"][name] == expected and name in config["service"]["extensions"]
+    want_tls = {"cert_file": "/etc/otelcol/cert.pem", "key_file": "/etc/otelcol/key.pem",
+                "client_ca_file": "/etc/otelcol/ca.pem"}
+    for protocol in config["receivers"]["otlp"]["protocols"].values():
+        assert protocol["tls"] == want_tls and protocol["auth"] == {"authenticator": name}
+    assert config["exporters"]["prometheus"]["tls"] == want_tls
+
+
+def check_documented(config: dict) -> None:
     assert set(config) <= {"receivers", "processors", "exporters", "extensions", "service"}
     for kind, cid, ctype, body in _components(config):
         keys, source = DOCUMENTED[(kind, ctype)]

@@ -66,7 +66,7 @@ def request(tid: bytes, *, root: bool = True, children: bool = True, service: st
     rs.resource.attributes.add(key="service.name").value.string_value = service
     ss = rs.scope_spans.add()
     ss.scope.name = "otel_llm"
-    root_id = tid[:8]
+    root_id = b"\xff" + tid[1:8]  # never all zero, as OTLP requires
     if children:
         for i, name in enumerate(("queue", "prefill", "decode")):
             ss.spans.add(trace_id=tid, span_id=bytes([i + 1]) * 8, parent_span_id=root_id, name=name)
@@ -104,7 +104,7 @@ def test_keeps_failed_aborted_preempted_and_slow_requests_and_drops_fast_fine_on
         "slow_queue": {"queue": 6.0, "ttft": 0.3},
     }
     for i, (service, kwargs) in enumerate(cases.items()):
-        assert p.consume(request(trace_id(i), service=service, **kwargs)) == 4
+        assert p.consume(request(trace_id(i), service=service, **kwargs)) == (4, 0, "")  # accepted, refused, reason
     kept = out.spans()
     assert sorted({service for service, _ in kept}) == sorted(set(cases) - {"fine"})
     assert len(kept) == 4 * (len(cases) - 1)  # whole traces: the root and its three children

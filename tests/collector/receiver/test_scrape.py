@@ -18,7 +18,8 @@ from otel_llm.cli import build_parser
 from otel_llm.collector.cli import config_from_args
 from otel_llm.collector.exporter.prometheus import exposition
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
-from otel_llm.collector.receiver.scrape import Scraper, ScrapeTarget, fetch, load_scrape_config, parse_target
+from otel_llm.collector.receiver.scrape import Scraper, ScrapeTarget, load_scrape_config, parse_target
+from otel_llm.collector.receiver.scrape_fetch import fetch
 from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
 from otel_llm.collector.service import Collector, CollectorConfig
 from tests.harness.ports import free_port
@@ -303,28 +304,52 @@ def test_the_cli_says_what_is_wrong_and_exits_2(capsys):
     assert "prometheus receiver" in capsys.readouterr().err
 
 
-def test_a_slow_dribbling_target_is_cut_at_the_timeout():
+def trickling_target(chunks) -> tuple[str, socket.socket]:
+    """(url, listening socket) of a target that answers one scrape with `chunks`, 0.1 s apart."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
 
-    def dribble():
+    def trickle():
         conn, _ = server.accept()
         conn.recv(4096)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
         try:
-            for _ in range(40):
-                conn.sendall(b"# x\n" * 200)
+            for chunk in chunks:
+                conn.sendall(chunk)
                 time.sleep(0.1)
         except OSError:
             pass
         conn.close()
-    threading.Thread(target=dribble, daemon=True).start()
+    threading.Thread(target=trickle, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}/metrics", server
+
+
+def test_a_slow_dribbling_target_is_cut_at_the_timeout():
+    url, server = trickling_target([b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"] + [b"# x\n" * 200] * 40)
     t0 = time.monotonic()
     with pytest.raises(ScrapeError, match="within"):
-        fetch(ScrapeTarget(f"http://127.0.0.1:{server.getsockname()[1]}/metrics", "j", 1.0, 0.5))
+        fetch(ScrapeTarget(url, "j", 1.0, 0.5))
     assert time.monotonic() - t0 < 1.5
     server.close()
+
+
+def test_a_target_trickling_its_headers_is_cut_at_the_scrape_timeout():
+    """A byte every 0.1 s resets a per-read timeout: only one deadline for the whole scrape ends it
+    (before: a 43 s scrape under a 4 s timeout, counted as up)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Slow: " + b"a" * 100
+    url, server = trickling_target([bytes([byte]) for byte in head])
+    config = CollectorConfig(otlp_http_port=None, otlp_grpc_port=0, prometheus_port=None,
+                             scrape_targets=(ScrapeTarget(url, "slow", 60.0, 1.0),))
+    with Collector(config) as collector:
+        scraper = collector.scrapers.scrapers[0]
+        deadline = time.monotonic() + 8
+        while not scraper.scrapes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = collector.render().decode()
+    server.close()
+    assert scraper.failures == {"timeout": 1}
+    assert value(text, "up", job="slow") == 0.0
+    assert value(text, "scrape_duration_seconds", job="slow") < 2
 
 
 @pytest.mark.slow

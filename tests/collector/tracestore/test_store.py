@@ -1,9 +1,12 @@
 """The trace store: what goes in comes back whole, Jaeger's search semantics, the LLM request
-queries, retention by age and by size, malformed input, and a writer racing readers."""
+queries, retention by age and by size, malformed input, a writer racing readers, a span stored
+again kept once, and a database from before that was upgraded at open."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from contextlib import closing
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -323,3 +326,49 @@ def test_concurrent_writer_and_readers(store):
         t.join()
     assert errors == []
     assert len(store.slowest_requests("ttft", 0, limit=1000)) == 200
+
+
+def test_a_span_stored_again_is_kept_once_as_first_stored(store):
+    spans = llm_spans(1, T0_NS)
+    assert add(store, request(spans)) == 5
+    later = llm_spans(1, T0_NS)
+    later[1].name = "a later delivery"
+    assert add(store, request(later + llm_spans(2, T0_NS))) == 5  # only trace 2's spans are new
+    assert add(store, request(llm_spans(3, T0_NS) * 2)) == 5  # twice in one batch
+    got = store.trace(tid(1).hex())
+    assert [s.span for s in got] == sorted(spans, key=lambda s: s.start_time_unix_nano)
+    assert sorted(r.trace_id for r in store.slowest_requests("ttft", 0)) == [tid(1), tid(2), tid(3)]
+    assert [len(t) for t in store.find_traces(TraceQuery("llm"))] == [5, 5, 5]
+
+
+def test_a_database_with_duplicate_spans_from_before_is_upgraded_at_open(tmp_path):
+    """Before the unique (trace_id, span_id) index a span delivered twice had two rows (and its
+    request two): opening such a database keeps the first, then creates the index."""
+    config = TraceStoreConfig(str(tmp_path))
+    store = TraceStore(config)
+    add(store, request(llm_spans(1, T0_NS) + llm_spans(2, T0_NS)))
+    store.close()
+    db = sqlite3.connect(store.path)
+    with db:  # what the previous version's schema and a resend left behind
+        db.execute("DROP INDEX spans_span")
+        db.execute("CREATE INDEX spans_trace ON spans (trace_id)")
+        db.execute("INSERT INTO spans SELECT id + 100, trace_id, span_id, parent_span_id, service_id, resource_id, "
+                   "scope_id, 'resent ' || name, kind, start_us, duration_us, status_code, body FROM spans")
+        db.execute("INSERT INTO requests SELECT id + 100, trace_id, span_id, service_id, operation, start_us, "
+                   "duration_us, ttft_s, e2e_s, queue_s, error, error_type, finish_reason FROM requests")
+    assert db.execute("SELECT count(*) FROM spans").fetchone() == (20,)
+    db.close()
+
+    store = TraceStore(config)
+    try:
+        for n in (1, 2):
+            assert [s.span.name for s in store.trace(tid(n).hex())] == [
+                "POST /v1/chat/completions", "chat m", "queue", "prefill", "decode"]
+        assert len(store.slowest_requests("ttft", 0)) == 2
+        assert add(store, request(llm_spans(1, T0_NS))) == 0  # the index holds from now on
+        with closing(sqlite3.connect(store.path)) as db:
+            indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                                      "AND tbl_name = 'spans'")}
+        assert "spans_span" in indexes and "spans_trace" not in indexes
+    finally:
+        store.close()

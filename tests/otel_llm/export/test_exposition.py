@@ -6,7 +6,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.canonical import instruments as I
-from otel_llm.export.exposition import negotiate
+from otel_llm.canonical.instruments import Kind
+from otel_llm.export.exposition import SelfFamily, negotiate, self_family_lines
 from tests.harness.prometheus import promtool_check_metrics
 
 S, MS = 1_000_000_000, 1_000_000
@@ -130,3 +131,18 @@ def test_openmetrics_parses_and_carries_exemplars(h):
 def test_content_negotiation():
     assert negotiate("application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5")
     assert not negotiate("text/plain") and not negotiate(None)
+
+
+def test_help_text_is_escaped_as_each_format_requires():
+    """0.0.4 escapes backslash and newline in HELP, OpenMetrics also the double quote; both parse back."""
+    help_text = 'Say "hi" to C:\\dir\nnext line'
+    family = SelfFamily("otel_llm_things", Kind.GAUGE, help_text, (("", 1.0),))
+    for openmetrics, parse in ((False, parse_text), (True, parse_openmetrics)):
+        lines: list[str] = []
+        self_family_lines(lines, [family], openmetrics)
+        quote = '\\"' if openmetrics else '"'
+        assert lines[0] == f"# HELP otel_llm_things Say {quote}hi{quote} to C:\\\\dir\\nnext line"
+        text = "\n".join(lines) + ("\n# EOF\n" if openmetrics else "\n")
+        assert [f.documentation for f in parse(text)] == [help_text]
+        if not openmetrics:
+            assert promtool_check_metrics(text) == []
