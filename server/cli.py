@@ -3,7 +3,7 @@ two-stage text-to-speech pipeline, `otel_llm.server.pipeline`) and `demo` (a cli
 `otel-llm` command itself is `otel_llm.cli`.
 
 This is the one edge where the server's flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-`OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`) are read; everything below gets a frozen
+`OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`, `OTEL_LLM_API_KEY`) are read; everything below gets a frozen
 `ServerConfig` (with its `EngineConfig`), and `serve-pipeline` a `PipelineServerConfig` too.
 A bad value fails here, naming it, with exit code 2. Building the parsers imports no extra.
 """
@@ -22,6 +22,7 @@ from otel_llm.server.engine.config import DTYPES, EngineConfig
 from otel_llm.server.model.specs import BUILTIN_MODELS
 from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 from otel_llm.server.pipeline.synth_config import BACKENDS
+from otel_llm.server.tls import tls_config
 from otel_llm.shim.custom_buckets import parse_specs
 
 logger = logging.getLogger("otel_llm.server")
@@ -152,6 +153,24 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--admission-status", type=int, choices=(429, 503), default=ServerConfig.admission_status,
                        help="the status of a refused request: 429 Too Many Requests (default), or 503 with "
                             "vLLM's exact body (vLLM answers 503)")
+    serve.add_argument("--header-timeout", type=positive_float, default=ServerConfig.header_timeout_s,
+                       metavar="SECONDS", help="a connection that has not sent a request's whole headers this long "
+                                               "after it opened (or after the request's first byte, on a kept-alive "
+                                               "connection) is closed, counted in otel_llm_http_read_timeouts_total "
+                                               "(nginx's client_header_timeout; default 10)")
+    serve.add_argument("--body-timeout", type=positive_float, default=ServerConfig.body_timeout_s, metavar="SECONDS",
+                       help="a request whose whole body has not arrived this long after its headers is closed, "
+                            "counted the same way (default 60: the default 4 MiB at 70 KB/s)")
+    serve.add_argument("--api-key", default=None, metavar="KEY",
+                       help="/v1/* need `Authorization: Bearer KEY`, else 401 (vLLM's --api-key); /health, /metrics "
+                            "and /v2 stay open (default: $OTEL_LLM_API_KEY, which unlike a flag other users of "
+                            "the host cannot read in the process list; none: no key needed)")
+    serve.add_argument("--tls-cert-file", default=None, metavar="PEM",
+                       help="serve HTTPS with this certificate (chain), with --tls-key-file")
+    serve.add_argument("--tls-key-file", default=None, metavar="PEM", help="the certificate's private key "
+                                                                           "(unencrypted)")
+    serve.add_argument("--tls-client-ca-file", default=None, metavar="PEM",
+                       help="mutual TLS: clients must present a certificate signed by these CAs")
 
 
 _FLAG_OF_FIELD = {"num_threads": "engine-threads"}  # EngineConfig fields whose flag is not their name
@@ -194,6 +213,9 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         max_request_bytes=args.max_request_bytes, max_num_queued_reqs=args.max_num_queued_reqs,
         max_num_queued_tokens=args.max_num_queued_tokens, admission_status=args.admission_status, engine_restarts=args.engine_restarts,
         engine_heartbeat_timeout_s=args.engine_heartbeat_timeout, shutdown_timeout_s=args.shutdown_timeout,
+        header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+        api_key=args.api_key if args.api_key is not None else environ.get("OTEL_LLM_API_KEY") or None,
+        tls=tls_config(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file),
     )
 
 
@@ -216,6 +238,7 @@ def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) ->
 
     from otel_llm.server.api import create_app
     from otel_llm.server.api.arrival import stamping_protocol
+    from otel_llm.server.api.read_timeouts import timed_protocol
     from otel_llm.server.api.shutdown import BoundedServer, ShutdownClock
     from otel_llm.server.engine_client import EngineClient
     from otel_llm.server.engine_supervisor import EngineStartError
@@ -234,9 +257,11 @@ def serve(config: ServerConfig, pipeline: PipelineServerConfig | None = None) ->
         if ended:
             logger.warning("shutdown: %d request(s) still in flight after %g s; aborted", ended, clock.drain_s)
 
-    uv_config = uvicorn.Config(create_app(config, client, clock, pipeline), host=config.host, port=config.port,
-                               access_log=config.access_log, log_config=None, http=stamping_protocol(),
-                               timeout_graceful_shutdown=clock.drain_s + 1)  # uvicorn's own cut, if ours failed
+    app = create_app(config, client, clock, pipeline)
+    uv_config = uvicorn.Config(app, host=config.host, port=config.port, access_log=config.access_log,
+                               log_config=None, http=timed_protocol(stamping_protocol(), app.state.read_timeouts),
+                               timeout_graceful_shutdown=clock.drain_s + 1,  # uvicorn's own cut, if ours failed
+                               **(config.tls.uvicorn_kwargs() if config.tls is not None else {}))
     try:
         BoundedServer(uv_config, clock, drain_deadline).run()
     finally:

@@ -9,12 +9,14 @@ first request.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
 from otel_llm.canonical.cardinality import DEFAULT_CARDINALITY_LIMIT
 from otel_llm.server.engine.config import EngineConfig
 from otel_llm.server.model.specs import BUILTIN_MODELS
+from otel_llm.server.tls import TlsConfig
 from otel_llm.shim.profiles import PROFILE_NAMES, resolve_custom_buckets
 from otel_llm.shim.vllm import hidden_version
 
@@ -50,6 +52,11 @@ class ServerConfig:
     max_num_queued_tokens: int | None = None  # prompt tokens of requests not yet past prefill
     admission_status: int = 429  # of a refused request: 429, or 503 as vLLM
     shutdown_timeout_s: float = 15.0  # SIGTERM to exit, at most (Kubernetes' default grace is 30 s)
+    # the trust boundary: slow clients, who may call, over what
+    header_timeout_s: float = 10.0  # a connection's request headers, from its first byte (or from accept)
+    body_timeout_s: float = 60.0  # a request's whole body, from the end of its headers
+    api_key: str | None = field(default=None, repr=False)  # /v1/* need `Authorization: Bearer <key>`; never logged
+    tls: TlsConfig | None = None  # HTTPS (and mTLS with a client CA) instead of HTTP
 
     def __post_init__(self) -> None:
         if self.served_model_name is not None and not self.served_model_name.strip():
@@ -65,6 +72,13 @@ class ServerConfig:
                              "(the engine sends a heartbeat every second)")
         if not self.shutdown_timeout_s > 0:
             raise ValueError(f"--shutdown-timeout {self.shutdown_timeout_s}: must be > 0")
+        for flag, seconds in (("header", self.header_timeout_s), ("body", self.body_timeout_s)):
+            if not (isinstance(seconds, (int, float)) and 0 < seconds and math.isfinite(seconds)):
+                raise ValueError(f"--{flag}-timeout {seconds!r}: must be a finite number of seconds > 0")
+        if self.api_key is not None and not (self.api_key and all(33 <= ord(c) <= 126 for c in self.api_key)):
+            # The key itself is not named: it is a secret, and the message may be logged.
+            raise ValueError("--api-key (or $OTEL_LLM_API_KEY): must be printable ASCII without spaces (an HTTP "
+                             "header carries it), and not empty")
         if self.max_request_bytes < 1:
             raise ValueError(f"--max-request-bytes {self.max_request_bytes}: must be >= 1")
         for flag, limit in (("reqs", self.max_num_queued_reqs), ("tokens", self.max_num_queued_tokens)):
@@ -83,6 +97,11 @@ class ServerConfig:
         for flag, url in (("traces", self.otlp_traces_endpoint), ("metrics", self.otlp_metrics_endpoint)):
             if url is not None and not url.startswith(("http://", "https://")):
                 raise ValueError(f"--otlp-{flag}-endpoint {url!r}: must be an http(s) URL")
+
+    @property
+    def scheme(self) -> str:
+        """The URL scheme clients use: https with `tls`, else http."""
+        return "http" if self.tls is None else "https"
 
     @property
     def model_name(self) -> str:

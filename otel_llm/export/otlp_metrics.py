@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_llm.export.export_counts import ExportCounts
+from otel_llm.export.final_export import stop_retries
 from otel_llm.export.otlp_endpoint import otlp_exporter
 
 logger = logging.getLogger("otel_llm")
@@ -48,11 +49,26 @@ def export_interval_s(interval_s: float | None = None) -> float:
 def otlp_metric_reader(endpoint: str | None, interval_s: float | None = None,
                        counts: ExportCounts | None = None) -> PeriodicExportingMetricReader:
     """A periodic OTLP reader, every `export_interval_s(interval_s)`; with `counts`, its exports are
-    counted into them (`CountingMetricExporter`)."""
-    exporter = otlp_metric_exporter(endpoint)
-    if counts is not None:
-        exporter = CountingMetricExporter(exporter, counts)
-    return PeriodicExportingMetricReader(exporter, export_interval_millis=export_interval_s(interval_s) * 1000)
+    counted into them (`CountingMetricExporter`). Its last export, at shutdown, is not retried
+    (`OtlpMetricReader`)."""
+    otlp = otlp_metric_exporter(endpoint)
+    exporter = otlp if counts is None else CountingMetricExporter(otlp, counts)
+    return OtlpMetricReader(exporter, otlp, export_interval_millis=export_interval_s(interval_s) * 1000)
+
+
+class OtlpMetricReader(PeriodicExportingMetricReader):
+    """The SDK's periodic reader (`kwargs` are its own) over `exporter`, which sends through `otlp`
+    (the SDK's OTLP exporter, itself or wrapped). At shutdown the last export is one attempt: a
+    failure is not retried with back-off (`final_export.stop_retries`), so a process whose endpoint
+    refuses connections stops at once instead of after the exporter's timeout."""
+
+    def __init__(self, exporter: MetricExporter, otlp: MetricExporter, **kwargs):
+        super().__init__(exporter, **kwargs)
+        self._otlp = otlp
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        stop_retries(self._otlp)
+        super().shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 class CountingMetricExporter(MetricExporter):

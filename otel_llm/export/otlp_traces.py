@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_llm.export.export_counts import ExportCounts
+from otel_llm.export.final_export import stop_retries
 from otel_llm.export.otlp_endpoint import otlp_exporter
 
 logger = logging.getLogger("otel_llm")
@@ -64,6 +65,8 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
     given into `counts`: `sent` or `send_failed` with the batch it is exported in, or
     `enqueue_failed`; `counts` also reports the queue's length and capacity.
 
+    At shutdown the queued spans are exported, each batch once, without retries.
+
     The SDK drops a span when its queue is full and only logs it. Here a span that finds the
     queue full (or comes after `shutdown`) is refused before it reaches the SDK, counted, and
     warned about at most every 10 s, as the Collector's sending queue does. The cost per
@@ -77,6 +80,7 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
 
     def __init__(self, exporter: SpanExporter, counts: ExportCounts, **kwargs):
         super().__init__(_CountingSpanExporter(exporter, counts), **kwargs)
+        self._otlp = exporter
         # The SDK's bounded deque: in its shared BatchProcessor since SDK 1.34, its own `queue` before.
         queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
         if queue is None:
@@ -102,7 +106,10 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
                                self._sdk_queue.maxlen, self._counts.stats().enqueue_failed)
 
     def shutdown(self) -> None:
+        """Refuses later spans, then exports what is queued, each batch once: a failure is not
+        retried with back-off (`final_export.stop_retries`)."""
         self._limit = 0
+        stop_retries(self._otlp)
         return super().shutdown()
 
 

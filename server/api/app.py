@@ -1,5 +1,6 @@
 """`create_app(config)`: the FastAPI application of `otel-llm serve` (and, with `pipeline`, of
 `otel-llm serve-pipeline`: the engine is stage 0 of a text-to-speech pipeline, `otel_llm.server.pipeline`).
+With `--api-key`, `/v1/*` answer 401 without the key (`api_key.ApiKeyAuth`); the rest stays open.
 
 Its lifespan (`lifespan`) starts the engine (process or thread), waits for READY, builds the
 telemetry SDK with the engine's `max_model_len`, and attaches the engine reader to this event
@@ -29,11 +30,13 @@ from otel_llm.export.otlp_metrics import service_resource
 from otel_llm.export.redaction import redact_url
 from otel_llm.server import protocol
 from otel_llm.server.api import triton
+from otel_llm.server.api.api_key import ApiKeyAuth
 from otel_llm.server.api.arrival import ArrivalStamp
 from otel_llm.server.api.body_limit import BodyLimit
 from otel_llm.server.api.errors import OpenAIError, http_error_handler, openai_error_handler, validation_error_handler
 from otel_llm.server.api.http_metrics import HttpMetrics
 from otel_llm.server.api.lifespan import Exports, ServingState, lifespan
+from otel_llm.server.api.read_timeouts import ReadTimeouts
 from otel_llm.server.api.shutdown import ShutdownClock
 from otel_llm.server.api.tracing import ServerSpanMiddleware, build_tracer_provider
 from otel_llm.server.config import ServerConfig
@@ -61,7 +64,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
     # Tracing costs a span per request: on only when the spans go somewhere.
     tracer_provider = (build_tracer_provider(resource, config.otlp_traces_endpoint, span_counts)
                        if config.otlp_traces_endpoint else None)
-    exports = Exports(resource, tracer_provider, span_counts, HttpMetrics())
+    exports = Exports(resource, tracer_provider, span_counts, HttpMetrics(),
+                      ReadTimeouts(config.header_timeout_s, config.body_timeout_s))
 
     app = FastAPI(title="otel-llm", lifespan=lifespan(config, client, clock, exports, pipeline),
                   docs_url=None, redoc_url=None, openapi_url=None)
@@ -71,11 +75,14 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
     app.add_middleware(BodyLimit, max_bytes=config.max_request_bytes)  # inside the server span: 413s are traced
     if tracer_provider is not None:
         app.add_middleware(ServerSpanMiddleware, tracer_provider=tracer_provider)
+    if config.api_key is not None:  # outside the span (a stranger's requests make none), inside the counts
+        app.add_middleware(ApiKeyAuth, api_key=config.api_key)
     app.router.routes.append(Route("/metrics", _MetricsEndpoint(), methods=["GET"]))
     app.include_router(triton.router)
     _add_openai_routes(app)
     exports.http_metrics.instrument(app)  # outside BodyLimit: its 413s are counted
     app.add_middleware(ArrivalStamp)  # outermost: stamps before parsing, tokenization, tracing
+    app.state.read_timeouts = exports.read_timeouts  # the CLI's HTTP protocol enforces and counts them
     return app
 
 

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 
 _TYPES = {
     400: "BadRequestError",
+    401: "AuthenticationError",
     404: "NotFoundError",
     422: "UnprocessableEntityError",
     429: "RateLimitError",
@@ -44,6 +45,15 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
                error_type: str | None = None) -> dict:
     return {"error": {"message": message, "type": error_type or _TYPES.get(status, "APIError"), "param": param,
                       "code": code if code is not None else status}}
+
+
+ECHO_CHARS = 100  # of a client's value repeated in an error message
+
+
+def echoed(value: str) -> str:
+    """What an error message repeats of a value the client sent: at most its first ECHO_CHARS
+    characters, then "..." (a 1 MB model name is not sent back in full)."""
+    return value if len(value) <= ECHO_CHARS else value[:ECHO_CHARS] + "..."
 
 
 def bad_request(message: str, param: str | None = None) -> OpenAIError:
@@ -76,7 +86,7 @@ async def http_error_handler(request: Request, exc: HTTPException) -> JSONRespon
     if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI: "There was an error parsing the body"
         message = f"the request body is not valid UTF-8: {exc.__cause__}"
     elif exc.status_code in (404, 405):  # about the URL or the method: say which
-        message = f"{exc.detail}: {request.method} {request.url.path}"
+        message = f"{exc.detail}: {echoed(request.method)} {echoed(request.url.path)}"
     else:
         message = str(exc.detail)
     return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code, headers=exc.headers)

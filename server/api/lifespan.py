@@ -26,6 +26,7 @@ from otel_llm.export.otlp_metrics import export_interval_s, otlp_metric_reader
 from otel_llm.export.redaction import redact_url
 from otel_llm.export.span_encoding import replaced_characters
 from otel_llm.server.api.http_metrics import HttpMetrics
+from otel_llm.server.api.read_timeouts import ReadTimeouts
 from otel_llm.server.api.serving import OpenAIServing
 from otel_llm.server.api.shutdown import ShutdownClock, finish_within
 from otel_llm.server.config import ServerConfig
@@ -59,6 +60,7 @@ class Exports:
     tracer_provider: object | None  # None: tracing off (no --otlp-traces-endpoint)
     span_counts: ExportCounts
     http_metrics: HttpMetrics
+    read_timeouts: ReadTimeouts  # the HTTP protocol's header and body deadlines, and what they closed
 
 
 def telemetry_config(config: ServerConfig, model_name: str, max_model_len: int, tracer_provider,
@@ -147,11 +149,13 @@ def lifespan(config: ServerConfig, client: EngineClient | None, clock: ShutdownC
                                                audio=None if stack is None else stack.serving),
             make_metrics_app([tel], config.metrics_compat, lambda: [*exporter_families(counts),
                                                                    _restarts_family(engine),
+                                                                   exports.read_timeouts.family(),
                                                                    *([_replaced_family()] if traced else [])],
                              extra=extra),
             model_name, int(time.time()), counts,
         )
-        logger.info("serving %s on http://%s:%d", model_name, config.host, config.port)
+        logger.info("serving %s on %s://%s:%d%s", model_name, config.scheme, config.host, config.port,
+                    " (/v1/* need the API key)" if config.api_key else "")
         try:
             yield
         finally:

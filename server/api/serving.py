@@ -1,7 +1,8 @@
 """`OpenAIServing`: `/v1/completions` and `/v1/chat/completions`.
 
 Per request, on the event-loop thread: validate (400/404 naming the field),
-tokenize in this process, check the admission limits (503, `admission.py`),
+tokenize in this process (a prompt whose length alone shows it cannot fit the
+context is refused untokenized: `Tokenizer.floor`), check the admission limits (503, `admission.py`),
 `Telemetry.arrival` (its handle is the engine rid), send ADD, then consume the
 request's queue (`EngineClient.add`) either into one JSON body or into an SSE
 stream (`data: {...}\\n\\n` ... `data: [DONE]\\n\\n`).
@@ -34,7 +35,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.server import ipc, protocol
 from otel_llm.server.api.admission import Admission
-from otel_llm.server.api.errors import OpenAIError, bad_request
+from otel_llm.server.api.errors import OpenAIError, bad_request, echoed
 from otel_llm.server.engine_client import TERMINAL_REASONS, EngineClient, EngineDead, Rejected, ShuttingDown
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ _REASONS = {int(r): r.name.lower() for r in FinishReason}
 _INT64 = (-(1 << 63), (1 << 63) - 1)  # what the engine's wire format (server/ipc.py) holds for a seed
 _INT32_MAX = (1 << 31) - 1  # ... and for top_k
 SSE_DONE = "data: [DONE]\n\n"
+# What a client is told when the engine dies; why it died (an exit code, a hang) is for the log only.
+ENGINE_STOPPED = "the engine is not running (it stopped; it may be restarting): retry later"
+ENGINE_STOPPED_SERVING = "the engine stopped while serving this request: retry it"
 _INLINE_TOKENIZE_CHARS = 4096  # longer prompts are tokenized off the event loop (~1 ms of tokenizer per 4 KiB)
 
 
@@ -87,6 +91,7 @@ class OpenAIServing:
         # Engine rids when Telemetry gives no handle (disabled, or its table is full):
         # negative, so they never collide with a handle.
         self._fallback_rids = itertools.count(-2, -1)
+        self._floor = tokenizer.floor  # read once here, at startup (it reads the vocabulary)
         # One thread: long prompts are tokenized one at a time, beside the event loop.
         self._tokenize_thread = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
 
@@ -110,7 +115,7 @@ class OpenAIServing:
             prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         except ValueError as exc:
             raise bad_request(str(exc), "messages") from None
-        prompt_ids = await self._encode(prompt)
+        prompt_ids = await self._encode(prompt, "messages")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         p = self._prepare(req, "chat", f"chatcmpl-{uuid.uuid4().hex}", prompt_ids, max_tokens, param)
@@ -135,22 +140,28 @@ class OpenAIServing:
         """The model is ours, no field asks for what this server does not do (`audio_ok`: audio output
         is made), and the admission limits let it in for now (vLLM's preflight, before tokenizing)."""
         if req.model != self.model_name:
-            raise OpenAIError(404, f"The model `{req.model}` does not exist.", "model", "model_not_found")
+            raise OpenAIError(404, f"The model `{echoed(req.model)}` does not exist.", "model", "model_not_found")
         unsupported = protocol.unsupported_field(req)
         if unsupported is not None and not (audio_ok and unsupported == "audio"):
             raise bad_request(f"{unsupported} is not supported by this server", unsupported)
         self.admission.check(max(req.n, 1), None)  # checked again in _serve, after the awaits
 
-    async def _encode(self, text: str) -> list[int]:
+    async def _encode(self, text: str, param: str) -> list[int]:
         """Token ids; a long text is tokenized on the tokenizer thread (the tokenizer releases
-        the GIL), so the event loop keeps streaming meanwhile (10 MB take seconds)."""
+        the GIL), so the event loop keeps streaming meanwhile (10 MB take seconds). A text that is
+        more tokens than the context holds by its length alone (`Tokenizer.floor`) is refused first,
+        untokenized: a 400 naming `param`."""
+        if self._floor is not None and len(text) >= self.max_model_len:
+            at_least = self._floor.tokens(text)
+            if at_least >= self.max_model_len:
+                raise _no_room(self.max_model_len, f"at least {at_least}", param)
         if len(text) <= _INLINE_TOKENIZE_CHARS:
             return self.tokenizer.encode(text)
         return await asyncio.get_running_loop().run_in_executor(self._tokenize_thread, self.tokenizer.encode, text)
 
     async def _completion_prompt(self, prompt) -> list[int]:
         if isinstance(prompt, str):
-            return await self._encode(prompt)
+            return await self._encode(prompt, "prompt")
         if not prompt:
             raise bad_request("prompt must not be empty", "prompt")
         if isinstance(prompt[0], int):
@@ -158,7 +169,7 @@ class OpenAIServing:
         elif len(prompt) != 1:
             raise bad_request("batched prompts are not supported: send one prompt per request", "prompt")
         elif isinstance(prompt[0], str):
-            return await self._encode(prompt[0])
+            return await self._encode(prompt[0], "prompt")
         else:
             ids = list(prompt[0])
         vocab = self.tokenizer.vocab_size
@@ -193,10 +204,7 @@ class OpenAIServing:
             raise bad_request("stop strings must be non-empty", "stop")
         n_prompt, limit = len(prompt_ids), self.max_model_len
         if n_prompt >= limit:
-            raise bad_request(
-                f"This model's maximum context length is {limit} tokens. However, your prompt is "
-                f"{n_prompt} tokens, which leaves no room for the completion. Please reduce the length "
-                "of the prompt.", "messages" if operation == "chat" else "prompt")
+            raise _no_room(limit, str(n_prompt), "messages" if operation == "chat" else "prompt")
         if max_tokens is not None and n_prompt + max_tokens > limit:
             raise bad_request(
                 f"This model's maximum context length is {limit} tokens. However, you requested "
@@ -214,7 +222,7 @@ class OpenAIServing:
         """`content()`: the input messages ({role, content} dicts), built only when content capture is on.
         With `audio`, the engine's outputs go to the `audio` hook, which answers."""
         if self.client.dead_reason is not None:
-            raise OpenAIError(503, f"the engine is not running: {self.client.dead_reason}", code="engine_dead")
+            raise OpenAIError(503, ENGINE_STOPPED, code="engine_dead")  # why: logged when it stopped
         self.admission.check(p.n, p.request_id)  # no await from here to `client.add`: the counts stay true
         input_messages = _semconv_messages(content()) if self.tel.capture_content else None
         rid = self.tel.arrival(RequestInfo(
@@ -234,7 +242,8 @@ class OpenAIServing:
         except EngineDead as exc:
             if rid > 0:
                 self.tel.fail(rid, FinishReason.ERROR)
-            raise OpenAIError(503, f"the engine is not running: {exc}", code="engine_dead") from None
+            logger.warning("request %s: the engine is not running: %s", p.request_id, exc)
+            raise OpenAIError(503, ENGINE_STOPPED, code="engine_dead") from None
         except Exception:  # nothing may stay registered: the request is finished as an error, counted
             if rid > 0:
                 self.tel.fail(rid, FinishReason.ERROR)
@@ -263,8 +272,7 @@ class OpenAIServing:
                     batch.append(queue.get_nowait())
                 for item in batch:
                     if isinstance(item, EngineDead):
-                        raise OpenAIError(500, f"the engine process died while serving this request: {item}",
-                                          code="engine_dead")
+                        raise OpenAIError(500, ENGINE_STOPPED_SERVING, code="engine_dead")  # why: logged
                     if isinstance(item, Rejected):
                         raise bad_request(item.message)
                     if isinstance(item, ShuttingDown):
@@ -342,6 +350,13 @@ def _check_unicode(req) -> None:
     if field is not None:
         raise bad_request(f"{field} is not valid Unicode: it holds a lone UTF-16 surrogate (such as \\ud800), which "
                           "UTF-8 cannot encode", field)
+
+
+def _no_room(limit: int, prompt_tokens: str, param: str) -> OpenAIError:
+    """The prompt alone fills the context (vLLM's words); `prompt_tokens`: its count, or "at least N"."""
+    return bad_request(f"This model's maximum context length is {limit} tokens. However, your prompt is "
+                       f"{prompt_tokens} tokens, which leaves no room for the completion. Please reduce the "
+                       "length of the prompt.", param)
 
 
 def _refuse_audio_output(req: protocol.ChatCompletionRequest) -> None:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from otel_llm.frontend.triton_stats import UnknownModel, statistics_response
+from otel_llm.server.api.errors import echoed
 
 router = APIRouter()
 
@@ -41,7 +42,7 @@ async def ready(request: Request) -> Response:
 async def model_ready(name: str, request: Request) -> Response:
     serving = _state(request)
     if name != serving.model_name:
-        return JSONResponse({"error": f"Request for unknown model: '{name}' is not found"}, status_code=400)
+        return JSONResponse({"error": f"Request for unknown model: '{echoed(name)}' is not found"}, status_code=400)
     return Response(status_code=200 if serving.client.dead_reason is None else 503)
 
 

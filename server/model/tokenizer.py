@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 import jinja2.ext
 import tokenizers
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from otel_llm.server.model.token_floor import TokenFloor, token_floor
 from otel_llm.server.model.incremental_decoder import IncrementalDecoder
 
 
@@ -49,6 +51,12 @@ class Tokenizer:
     def backend(self) -> tokenizers.Tokenizer:
         """The wrapped ``tokenizers.Tokenizer``."""
         return self._backend
+
+    @cached_property
+    def floor(self) -> TokenFloor | None:
+        """At least how many tokens a text is, without tokenizing it (`token_floor`); None where
+        the tokenizer allows no such floor. Computed on first use (it reads the whole vocabulary)."""
+        return token_floor(self._backend)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; special-token strings in ``text`` map to their ids.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -32,10 +33,13 @@ class ServerProcess:
     """`python -m otel_llm serve --model dummy ...` (or another `command`: `serve-pipeline`); stopped with
     SIGINT (graceful)."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "serve"):
+    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "serve",
+                 tls: ssl.SSLContext | None = None):
+        """`tls`: the server serves HTTPS (its flags are in `args`); the client context that reaches it."""
         self.command = command
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.args = ["--model", "dummy", "--port", str(self.port), "--log-stats-interval", "3600", *args]
         self.env = {**os.environ, **(env or {})}
         self.log = tempfile.NamedTemporaryFile("w+", prefix="otel-llm-serve-", suffix=".log", delete=False)
@@ -49,7 +53,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=2, verify=self.tls or True).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -77,7 +81,7 @@ class ServerProcess:
                 self.proc.wait()
 
     def health(self) -> httpx.Response:
-        return httpx.get(f"{self.url}/health", timeout=10)
+        return httpx.get(f"{self.url}/health", timeout=10, verify=self.tls or True)
 
     def metrics(self) -> dict:
         """{sample name: {frozenset(label items): value}}"""

@@ -70,6 +70,15 @@ def test_a_body_that_is_not_utf8_is_an_openai_400(shared_server):
     assert _assert_error(r, 400, contains="UTF-8")["param"] is None
 
 
+@pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (CMPL, {"prompt": "x"})])
+def test_a_long_model_name_is_echoed_cut_short(shared_server, path, body):
+    name = "m" * 1_000_000
+    err = _assert_error(_post(shared_server, path, json={"model": name, **body}), 404, "model")
+    assert err["message"] == f"The model `{'m' * 100}...` does not exist." and err["code"] == "model_not_found"
+    r = httpx.get(f"{shared_server.url}/v1/{'p' * 10_000}", timeout=30)  # an unknown path's 404 too
+    assert _assert_error(r, 404)["message"] == f"Not Found: GET /v1/{'p' * 96}..."
+
+
 @pytest.mark.parametrize("method,path,status", [
     ("GET", CHAT, 405), ("PUT", CHAT, 405), ("DELETE", CMPL, 405), ("POST", "/v1/models", 405),
     ("GET", "/v1/nope", 404), ("POST", "/v1/chat/completion", 404),

@@ -31,6 +31,11 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     (["--otlp-traces-endpoint", "localhost:4317"], "localhost:4317"),
     (["--served-model-name", " "], "' '"),
     (["--device", "tpu"], "--device 'tpu'"),
+    (["--header-timeout", "0"], "'0'"),
+    (["--body-timeout", "inf"], "--body-timeout inf: must be a finite number"),
+    (["--api-key", ""], "--api-key (or $OTEL_LLM_API_KEY): must be printable ASCII"),
+    (["--tls-key-file", "/no/key.pem"], "--tls-key-file needs --tls-cert-file"),
+    (["--tls-cert-file", "/no/cert.pem", "--tls-key-file", "/no/key.pem"], "--tls-cert-file '/no/cert.pem': no such"),
 ])
 def test_bad_flag_exits_2(args, named):
     r = _serve(*args)

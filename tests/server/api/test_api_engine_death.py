@@ -1,10 +1,11 @@
 """The engine process dies or hangs under load: its requests fail with OpenAI errors (streams get
-an error event), are counted as `error`, the engine's gauges drop to 0, `/health` says it is
+an error event) that do not say why (an exit code, a hang: the log does), are counted as `error`, the engine's gauges drop to 0, `/health` says it is
 restarting, and a new engine serves again (`--engine-restarts`), counted on `/metrics`. Past the
 restart budget the server says it is dead, liveness included."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -14,6 +15,7 @@ import openai
 import pytest
 from api_server_harness import ServerProcess, sample, wait_until
 
+from otel_llm.server.api.serving import ENGINE_STOPPED, ENGINE_STOPPED_SERVING
 from otel_llm.server.engine_process import engine_pids
 
 pytestmark = pytest.mark.slow
@@ -53,8 +55,10 @@ def test_killed_engine_fails_its_requests_zeroes_its_gauges_and_is_restarted():
         for t in threads:
             t.join(60)
         assert len(ends) == STREAMS
-        for lines in ends:  # every stream: an error event, then [DONE]
-            assert lines[-1] == "data: [DONE]" and '"error"' in lines[-2] and "engine" in lines[-2]
+        for lines in ends:  # every stream: an error event, then [DONE]; why the engine died is for the log
+            assert lines[-1] == "data: [DONE]" and '"error"' in lines[-2]
+            assert json.loads(lines[-2].removeprefix("data: "))["error"]["message"] == ENGINE_STOPPED_SERVING
+        assert "exit code -9" in server.output()
         m = server.metrics()
         assert sample(m, "vllm:request_success_total", finished_reason="error") == STREAMS
         assert {name: sample(m, name) for name in GAUGES} == {name: 0 for name in GAUGES}  # not 8 / 4 / x%
@@ -104,8 +108,10 @@ def test_hung_engine_is_detected_failed_and_restarted():
         [pid] = engine_pids(server.proc.pid)
         os.kill(pid, signal.SIGSTOP)  # hung: alive, silent
         with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60) as client:
-            with pytest.raises(openai.InternalServerError, match="unresponsive"):
+            with pytest.raises(openai.InternalServerError) as raised:
                 client.completions.create(model="dummy", prompt="stuck", max_tokens=5)
+            assert raised.value.body["message"] == ENGINE_STOPPED_SERVING  # not "unresponsive ... 2.1 s": the log's
+            assert "engine is dead: engine unresponsive" in server.output()
             health = server.health()
             if health.status_code == 503:  # still restarting: it says so, and why
                 assert health.json()["status"] == "restarting" and "unresponsive" in health.json()["reason"]
@@ -128,7 +134,8 @@ def test_past_the_restart_budget_the_server_says_it_is_dead():
         assert httpx.get(f"{server.url}/v2/health/live").status_code == 503  # restart the server
         again = httpx.post(f"{server.url}/v1/chat/completions", timeout=10,
                            json={"model": "dummy", "messages": [{"role": "user", "content": "hi"}]})
-        assert again.status_code == 503 and "engine" in again.json()["error"]["message"]
+        assert again.status_code == 503 and again.json()["error"]["message"] == ENGINE_STOPPED
+        assert "exit code" not in again.text
         assert server.proc.poll() is None  # the API process keeps answering
     finally:
         server.stop()

@@ -68,3 +68,27 @@ def test_sigterm_with_nothing_in_flight_exits_0_at_once():
         assert time.monotonic() - started < 5, server.output()
     finally:
         server.stop()
+
+
+def test_sigterm_behind_a_refusing_endpoint_does_not_wait_out_the_retry_back_off():
+    # The last metrics export and the queued spans go to an endpoint that refuses connections:
+    # each is tried once, not retried with the exporters' back-off (1 + 2 + 4 s), as before.
+    refused = socket.create_server(("127.0.0.1", 0))
+    port = refused.getsockname()[1]
+    refused.close()
+    server = ServerProcess(env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                                "OTEL_BSP_SCHEDULE_DELAY": "600000"}).start()  # spans wait for shutdown
+    try:
+        for _ in range(3):
+            assert httpx.post(f"{server.url}/v1/completions", timeout=30,
+                              json={"model": "dummy", "prompt": "x", "max_tokens": 2}).status_code == 200
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+        took = time.monotonic() - started
+        shutdown_log = server.output().partition("Shutting down")[2]
+        assert "Failed to export metrics batch" in shutdown_log and "Failed to export spans batch" in shutdown_log
+        assert "retrying in" not in shutdown_log, shutdown_log
+        assert took < 5, (took, shutdown_log)  # as an idle server with no endpoint (it took 8 to 10 s)
+    finally:
+        server.stop()
