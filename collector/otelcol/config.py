@@ -236,7 +236,6 @@ def _header(profile: Profile, traces: list[str]) -> str:
         "- other applications' metrics get no unit or _total suffixes here (the translation strategy is",
         "  global); ours adds them per the OTel specification.",
         "- no per-metric cardinality limit with an otel_metric_overflow series.",
-        "- with an authenticator, the prometheus exporter's /metrics is not behind it here (ours is).",
     ]
     if profile.emit_empty:
         lines.append("- no zero-valued pre-created series: a label combination appears with its first data point.")
@@ -255,4 +254,7 @@ def render_otelcol_config(profile_name: str = "vllm", **kwargs) -> str:
 
     config = otelcol_config(profile_name, **kwargs)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=4096)
-    return _header(collector_profile(profile_name), _traces_header(config)) + body
+    notes = _traces_header(config)
+    if any("auth" in protocol for protocol in config["receivers"]["otlp"]["protocols"].values()):
+        notes = ["- the prometheus exporter's /metrics is not behind the authenticator here (ours is).", *notes]
+    return _header(collector_profile(profile_name), notes) + body
