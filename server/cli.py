@@ -64,6 +64,8 @@ def add_parsers(sub) -> None:
     demo.add_argument("--concurrency", type=positive_int, default=8, help="at most this many at once (default 8)")
     demo.add_argument("--max-tokens", type=positive_int, default=48, help="max_tokens of each request (default 48)")
     demo.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    demo.add_argument("--api-key", default=None,
+                      help="the server's API key, if it asks for one (default: $OTEL_LLM_API_KEY)")
     demo.add_argument("--timeline-url", default=None,
                       help="a collector's request timeline page (http://HOST:16686/ui) that keeps the server's "
                            "traces: the demo links its requests there")
@@ -274,7 +276,8 @@ def run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
 
     for noisy in ("httpx", "httpx2", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return demo.run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url)
+    return demo.run_demo(args.url, args.requests, args.concurrency, args.max_tokens, args.model, args.timeline_url,
+                         args.api_key if args.api_key is not None else os.environ.get("OTEL_LLM_API_KEY") or None)
 
 
 def run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

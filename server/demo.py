@@ -80,10 +80,11 @@ def _total(delta: dict) -> float:
     return sum(delta.values())
 
 
-async def _drive(url: str, model: str, requests: int, concurrency: int, max_tokens: int) -> list[tuple[str, str, float]]:
+async def _drive(url: str, model: str, requests: int, concurrency: int, max_tokens: int,
+                 api_key: str | None = None) -> list[tuple[str, str, float]]:
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=f"{url}/v1", api_key="not-needed", max_retries=0, timeout=300)
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key or "not-needed", max_retries=0, timeout=300)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> tuple[str, str, float]:
@@ -110,12 +111,18 @@ async def _drive(url: str, model: str, requests: int, concurrency: int, max_toke
 
 
 def run_demo(url: str, requests: int = 16, concurrency: int = 8, max_tokens: int = 48, model: str | None = None,
-             timeline_url: str | None = None) -> int:
-    """`timeline_url`: a collector's `/ui` that keeps the server's traces; the demo's requests are linked there."""
+             timeline_url: str | None = None, api_key: str | None = None) -> int:
+    """`timeline_url`: a collector's `/ui` that keeps the server's traces; the demo's requests are linked there.
+    `api_key`: the server's --api-key, if it has one."""
     url = url.rstrip("/")
     try:
         health = httpx.get(f"{url}/health", timeout=10)
-        models = httpx.get(f"{url}/v1/models", timeout=10).json()
+        answer = httpx.get(f"{url}/v1/models", timeout=10,
+                           headers={} if api_key is None else {"Authorization": f"Bearer {api_key}"})
+        if answer.status_code == 401:
+            print(f"{url} asks for an API key: pass --api-key or set OTEL_LLM_API_KEY")
+            return 1
+        models = answer.json()
     except httpx.HTTPError as exc:
         print(f"cannot reach {url}: {exc}")
         return 1
@@ -123,7 +130,7 @@ def run_demo(url: str, requests: int = 16, concurrency: int = 8, max_tokens: int
     print(f"server {url}: model {model}, health {health.status_code}")
     before = scrape(url)
     t0, started_us = time.perf_counter(), time.time_ns() // 1000
-    results = asyncio.run(_drive(url, model, requests, concurrency, max_tokens))
+    results = asyncio.run(_drive(url, model, requests, concurrency, max_tokens, api_key))
     wall = time.perf_counter() - t0
     after = scrape(url)
 

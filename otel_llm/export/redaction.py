@@ -1,4 +1,5 @@
-"""`redact_url`: a URL as it may be shown (logs, `/health`, thread names): no credentials.
+"""What is shown of a value: `redact_url`, a URL as it may be shown (logs, `/health`, thread
+names), without credentials; `echoed`, what an error message repeats of a client's value.
 
 Endpoints come from flags and the environment (`OTEL_EXPORTER_OTLP_ENDPOINT=
 https://user:token@host`, a remote-write URL with `?api_key=...`); the URL is
@@ -27,3 +28,12 @@ def redact_url(url: str | None) -> str | None:
         netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
     query = urlencode([(key, REDACTED) for key, _ in parse_qsl(parts.query, keep_blank_values=True)], safe=REDACTED)
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+ECHO_CHARS = 100  # of a client's value repeated in an error message
+
+
+def echoed(value: str) -> str:
+    """What an error message repeats of a value the client sent: at most its first ECHO_CHARS
+    characters, then "..." (a 1 MB model name is not sent back in full)."""
+    return value if len(value) <= ECHO_CHARS else value[:ECHO_CHARS] + "..."

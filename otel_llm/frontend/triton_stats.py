@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from otel_llm.engine.step import FinishReason
+from otel_llm.export.redaction import echoed
 from otel_llm.frontend.request_table import FinishedBatch, RequestTable
 
 # Failures: ABORT (2) and ERROR (3); STOP, LENGTH and REPETITION (vLLM counts it a success) succeed.
@@ -95,9 +96,9 @@ def statistics_response(telemetries, name: str | None = None, version: str | Non
     if name is not None:
         stats = [s for s in stats if s["name"] == name]
         if not stats:
-            raise UnknownModel(f"requested model '{name}' is not available")
+            raise UnknownModel(f"requested model '{echoed(name)}' is not available")
         if version is not None:
             stats = [s for s in stats if s["version"] == version]
             if not stats:
-                raise UnknownModel(f"requested model '{name}' version '{version}' is not available")
+                raise UnknownModel(f"requested model '{echoed(name)}' version '{echoed(version)}' is not available")
     return {"model_stats": stats}

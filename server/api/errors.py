@@ -13,6 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from otel_llm.export.redaction import echoed
+
 _TYPES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -45,15 +47,6 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
                error_type: str | None = None) -> dict:
     return {"error": {"message": message, "type": error_type or _TYPES.get(status, "APIError"), "param": param,
                       "code": code if code is not None else status}}
-
-
-ECHO_CHARS = 100  # of a client's value repeated in an error message
-
-
-def echoed(value: str) -> str:
-    """What an error message repeats of a value the client sent: at most its first ECHO_CHARS
-    characters, then "..." (a 1 MB model name is not sent back in full)."""
-    return value if len(value) <= ECHO_CHARS else value[:ECHO_CHARS] + "..."
 
 
 def bad_request(message: str, param: str | None = None) -> OpenAIError:

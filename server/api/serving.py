@@ -33,9 +33,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from otel_llm import FinishReason, RequestInfo
+from otel_llm.export.redaction import echoed
 from otel_llm.server import ipc, protocol
 from otel_llm.server.api.admission import Admission
-from otel_llm.server.api.errors import OpenAIError, bad_request, echoed
+from otel_llm.server.api.errors import OpenAIError, bad_request
 from otel_llm.server.engine_client import TERMINAL_REASONS, EngineClient, EngineDead, Rejected, ShuttingDown
 
 logger = logging.getLogger(__name__)

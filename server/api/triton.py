@@ -10,8 +10,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from otel_llm.export.redaction import echoed
 from otel_llm.frontend.triton_stats import UnknownModel, statistics_response
-from otel_llm.server.api.errors import echoed
 
 router = APIRouter()
 

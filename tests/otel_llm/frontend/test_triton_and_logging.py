@@ -62,6 +62,9 @@ def test_statistics_response_filters_and_errors(h):
         statistics_response([h.tel], "nope")
     with pytest.raises(UnknownModel, match="version '7'"):
         statistics_response([h.tel], "m", "7")
+    with pytest.raises(UnknownModel) as unknown:  # a client's 1 MB name is not sent back in full
+        statistics_response([h.tel], "x" * 1_000_000)
+    assert str(unknown.value) == f"requested model '{'x' * 100}...' is not available"
 
 
 def test_log_line_format_and_idle_silence(h, caplog):

@@ -81,3 +81,11 @@ def test_the_key_comes_from_the_flag_or_the_environment():
         with pytest.raises(ValueError, match="--api-key") as raised:
             ServerConfig(api_key=bad)
         assert not bad or bad not in str(raised.value)
+
+
+def test_the_demo_client_sends_the_key_and_says_when_it_is_missing(server, capsys):
+    from otel_llm.server.demo import run_demo
+
+    assert run_demo(server.url, requests=2, concurrency=2, max_tokens=2, api_key=KEY) == 0
+    assert run_demo(server.url, requests=2, concurrency=2, max_tokens=2) == 1
+    assert "asks for an API key: pass --api-key or set OTEL_LLM_API_KEY" in capsys.readouterr().out
