@@ -3,9 +3,6 @@ last export at shutdown is one attempt), through the counting reader and span pr
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -18,38 +15,28 @@ from otel_llm.export.export_counts import ExportCounts
 from otel_llm.export.final_export import stop_retries
 from otel_llm.export.otlp_metrics import otlp_metric_reader
 from otel_llm.export.otlp_traces import CountingBatchSpanProcessor
+from tests.harness.scripted_http import ScriptedReceiver
 
 
-class _Unavailable(ThreadingHTTPServer):
+class _Unavailable(ScriptedReceiver):
     """An OTLP/HTTP endpoint that answers every POST 503 (retryable), counting them."""
 
     def __init__(self):
-        self.posts = 0
-        endpoint = self
+        super().__init__([(503, {}, b"")] * 100)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                endpoint.posts += 1
-                self.send_response(503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+    @property
+    def posts(self) -> int:
+        return len(self.received)
 
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+    def at(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
 
 
 @pytest.fixture
 def endpoint():
     server = _Unavailable()
     yield server
-    server.shutdown()
+    server.close()
 
 
 def _spans(count: int) -> list:
@@ -62,7 +49,7 @@ def _spans(count: int) -> list:
 
 
 def test_a_failed_export_is_not_retried_after_stop_retries(endpoint):
-    exporter = OTLPSpanExporter(endpoint=endpoint.url("/v1/traces"))
+    exporter = OTLPSpanExporter(endpoint=endpoint.at("/v1/traces"))
     assert stop_retries(exporter)
     assert exporter.export(_spans(2)) is SpanExportResult.FAILURE
     assert endpoint.posts == 1  # one attempt: without stop_retries a 503 is retried after 1, 2, 4 s
@@ -75,7 +62,7 @@ def test_the_grpc_exporters_signal_is_found_too():
 
 def test_the_span_processors_last_batches_are_tried_once(endpoint):
     counts = ExportCounts("traces")
-    processor = CountingBatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.url("/v1/traces")), counts,
+    processor = CountingBatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.at("/v1/traces")), counts,
                                            schedule_delay_millis=600_000, max_export_batch_size=2)
     for span in _spans(5):
         processor.on_end(span)
@@ -87,7 +74,7 @@ def test_the_span_processors_last_batches_are_tried_once(endpoint):
 def test_the_metric_readers_last_export_is_tried_once(endpoint, monkeypatch):
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     counts = ExportCounts("metrics")
-    reader = otlp_metric_reader(endpoint.url(""), interval_s=600, counts=counts)
+    reader = otlp_metric_reader(endpoint.at(""), interval_s=600, counts=counts)
     provider = MeterProvider(metric_readers=[reader])
     provider.get_meter("m").create_counter("c").add(1)
     provider.shutdown()

@@ -11,6 +11,7 @@ import pytest
 import uvicorn
 
 from otel_llm.server.api.arrival import ArrivalStamp, _kernel_arrival_ns, stamping_protocol
+from tests.harness.uvicorn_thread import serving
 
 BLOCK_S = 0.15
 
@@ -37,15 +38,8 @@ def server():
     port = _free_port()
     config = uvicorn.Config(ArrivalStamp(app), host="127.0.0.1", port=port, http=stamping_protocol(),
                             log_level="warning", lifespan="off")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}", seen
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving(config):
+        yield f"http://127.0.0.1:{port}", seen
 
 
 def test_arrival_is_when_the_kernel_received_the_request(server):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 
 import pytest
@@ -17,6 +16,7 @@ from api_server_harness import ServerProcess, free_port, sample
 
 from otel_llm.server.api.arrival import stamping_protocol
 from otel_llm.server.api.read_timeouts import ReadTimeouts, timed_protocol
+from tests.harness.uvicorn_thread import serving
 
 HEADER_S = 0.5
 BODY_S = 0.5
@@ -48,15 +48,8 @@ def server():
     port = free_port()
     config = uvicorn.Config(_app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
                             http=timed_protocol(stamping_protocol(), timeouts))
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield port, timeouts
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving(config):
+        yield port, timeouts
 
 
 def _connect(port: int) -> socket.socket:
