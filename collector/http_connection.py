@@ -36,7 +36,7 @@ class Connection(io.RawIOBase):
     """A connection's raw reader: each read waits at most until its phase's deadline."""
 
     def __init__(self, sock: socket.socket, endpoint: HttpEndpoint) -> None:
-        self.sock, self.endpoint = sock, endpoint
+        self.sock, self.endpoint, self.timeouts = sock, endpoint, endpoint.timeouts
         self.phase, self.deadline = Phase.HEADER, time.monotonic() + endpoint.settings.header_timeout_s
         self.idle_since, self.timeout = 0.0, 0.0
         self._set_timeout(endpoint.settings.header_timeout_s)
@@ -45,28 +45,37 @@ class Connection(io.RawIOBase):
         return True
 
     def begin(self, phase: Phase) -> None:
-        timeout = self.endpoint.timeouts[phase]
-        with self.endpoint.lock:
-            self.phase, self.deadline = phase, time.monotonic() + timeout
-            self.idle_since = time.monotonic() if phase is Phase.IDLE else 0.0
-        if timeout != self.timeout:  # for a read: all of the phase's time; for the answer's writes: each
-            self._set_timeout(timeout)
+        now = time.monotonic()
+        if phase is Phase.IDLE or self.phase is Phase.IDLE:  # what `HttpEndpoint.admit` reads, under its lock
+            with self.endpoint.lock:
+                self.phase, self.deadline, self.idle_since = phase, now + self.timeouts[phase], now
+        else:
+            self.phase, self.deadline = phase, now + self.timeouts[phase]
+        if phase is Phase.DONE and self.timeout != self.timeouts[phase]:
+            self._set_timeout(self.timeouts[phase])  # each write of the answer
 
     def _set_timeout(self, timeout: float) -> None:
         self.sock.settimeout(timeout)
         self.timeout = timeout
 
     def readinto(self, buffer: Any) -> int:
-        remaining = self.deadline - time.monotonic()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            if remaining < 0.9 * self.timeout:  # a read waits at most ~10% past the deadline
-                self._set_timeout(remaining)
-            n = self.sock.recv_into(buffer)
-        except TimeoutError:
-            self.endpoint.count_timeout(self.phase)
-            raise TimeoutError(f"{self.phase.value} deadline passed") from None
+        """A read waits until the phase's deadline at most (~10% past it: the socket's timeout is
+        shortened only when it is that much longer than what is left; a shorter one is waited out
+        again until the deadline)."""
+        while True:
+            remaining = self.deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                if remaining < 0.9 * self.timeout:
+                    self._set_timeout(remaining)
+                n = self.sock.recv_into(buffer)
+                break
+            except TimeoutError:
+                if self.deadline - time.monotonic() > 0:
+                    continue  # the socket's timeout was shorter than the phase's
+                self.endpoint.count_timeout(self.phase)
+                raise TimeoutError(f"{self.phase.value} deadline passed") from None
         if n and self.phase is Phase.IDLE:
             self.begin(Phase.HEADER)
         return n
