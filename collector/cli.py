@@ -210,17 +210,10 @@ def scrape_targets(args: argparse.Namespace) -> tuple:
 def security_from_args(args: argparse.Namespace) -> dict:
     """--tls-* and --auth -> HttpServerSettings' tls and auth, the files read and checked now.
     Raises ValueError naming the flag."""
+    from otel_llm.cli.tls import tls_config
     from otel_llm.collector.extension.auth import parse_auth
-    from otel_llm.collector.tls import TlsSettings
 
-    tls = None
-    if args.tls_cert_file or args.tls_key_file:
-        if not (args.tls_cert_file and args.tls_key_file):
-            raise ValueError("--tls-cert-file and --tls-key-file go together")
-        tls = TlsSettings(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file)
-        tls.server_context()
-    elif args.tls_client_ca_file:
-        raise ValueError("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+    tls = tls_config(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file)
     try:
         auth = None if args.auth is None else parse_auth(args.auth)
     except ValueError as exc:

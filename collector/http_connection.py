@@ -32,6 +32,9 @@ class Phase(enum.Enum):
     DONE = "done"  # the body is read: the handler works and answers
 
 
+_TIMEOUT_REASONS = {Phase.HEADER: "header_timeouts", Phase.BODY: "body_timeouts", Phase.IDLE: "idle_closed"}
+
+
 class Connection(io.RawIOBase):
     """A connection's raw reader: each read waits at most until its phase's deadline."""
 
@@ -74,7 +77,8 @@ class Connection(io.RawIOBase):
             except TimeoutError:
                 if self.deadline - time.monotonic() > 0:
                     continue  # the socket's timeout was shorter than the phase's
-                self.endpoint.count_timeout(self.phase)
+                if self.phase in _TIMEOUT_REASONS:
+                    self.endpoint.count(_TIMEOUT_REASONS[self.phase])
                 raise TimeoutError(f"{self.phase.value} deadline passed") from None
         if n and self.phase is Phase.IDLE:
             self.begin(Phase.HEADER)
@@ -100,6 +104,7 @@ class EndpointHandler(BaseHTTPRequestHandler):
                 self.endpoint.count("tls_handshake_failed")
                 return
         super().setup()
+        self.rfile.close()  # the socket's own reader, replaced by one that keeps the deadlines
         self.reader = Connection(self.connection, self.endpoint)
         self.rfile = io.BufferedReader(self.reader, 64 * 1024)
         self.endpoint.opened(self.reader)
@@ -145,7 +150,7 @@ class EndpointHandler(BaseHTTPRequestHandler):
     def discard(self, limit: int) -> None:
         """Reads and drops a body of at most `limit` bytes, so the client reads the answer rather
         than a reset; a larger or chunked one is left, and the connection closed."""
-        length = self.headers.get("Content-Length", "0")
+        length = self.headers.get("Content-Length", "0").strip()
         if not length.isdigit() or int(length) > limit or "chunked" in self.headers.get("Transfer-Encoding", ""):
             self.close_connection = True
             return

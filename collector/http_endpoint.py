@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from typing import Any, NamedTuple
 
+from otel_llm.cli.tls import TlsConfig
 from otel_llm.collector.extension.auth import Authenticator
 from otel_llm.collector.http_connection import Connection, EndpointHandler, Phase
 from otel_llm.collector.refused_connections import RefusedConnections
-from otel_llm.collector.tls import TlsSettings
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class HttpServerSettings:
     body_timeout_s: float = 30.0  # the whole body, from the end of the headers
     idle_timeout_s: float = 60.0  # a keep-alive connection waiting for its next request
     write_timeout_s: float = 30.0  # each write of an answer to a client that reads slowly
-    tls: TlsSettings | None = None  # None: plain HTTP
+    tls: TlsConfig | None = None  # None: plain HTTP
     auth: Authenticator | None = None  # None: no credentials asked
 
     def __post_init__(self) -> None:
@@ -202,9 +202,3 @@ class HttpEndpoint:
     def closed(self, connection: Connection) -> None:
         with self.lock:
             self._open.discard(connection)
-
-    def count_timeout(self, phase: Phase) -> None:
-        key = {Phase.HEADER: "header_timeouts", Phase.BODY: "body_timeouts", Phase.IDLE: "idle_closed"}.get(phase)
-        if key is not None:
-            with self.lock:
-                self._counts[key] += 1

@@ -16,13 +16,13 @@ import os
 import sys
 
 from otel_llm.cli.arg_types import int_in, port, positive_float, positive_int
+from otel_llm.cli.tls import tls_config
 from otel_llm.pipeline.families import PREFIXES
 from otel_llm.server.config import METRICS_COMPAT, ServerConfig
 from otel_llm.server.engine.config import DTYPES, EngineConfig
 from otel_llm.server.model.specs import BUILTIN_MODELS
 from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 from otel_llm.server.pipeline.synth_config import BACKENDS
-from otel_llm.server.tls import tls_config
 from otel_llm.shim.custom_buckets import parse_specs
 
 logger = logging.getLogger("otel_llm.server")

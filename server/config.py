@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass, field
 
 from otel_llm.canonical.cardinality import DEFAULT_CARDINALITY_LIMIT
+from otel_llm.cli.tls import TlsConfig
 from otel_llm.server.engine.config import EngineConfig
 from otel_llm.server.model.specs import BUILTIN_MODELS
-from otel_llm.server.tls import TlsConfig
 from otel_llm.shim.profiles import PROFILE_NAMES, resolve_custom_buckets
 from otel_llm.shim.vllm import hidden_version
 

@@ -8,6 +8,8 @@
 - `BasicAuth`: ``Authorization: Basic base64(user:password)`` against an htpasswd file: lines
   ``user:password`` (plain, as the Collector's ``htpasswd.inline`` takes), ``user:{SHA}...``
   (``htpasswd -s``) or bcrypt ``user:$2y$...`` (``htpasswd -B``; needs the ``bcrypt`` package).
+  Credentials that matched are remembered (their SHA-256, at most 1024), so a sender pays
+  bcrypt's cost once, not on every export.
 
 Credentials are compared in constant time and never logged. Thread-safe: `check` is called from
 every listener's threads.
@@ -25,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 _RELOAD_CHECK_S = 1.0
+_MAX_ACCEPTED = 1024  # remembered credentials that matched
 
 
 class BearerTokenAuth:
@@ -85,6 +88,9 @@ class _Password:
 class BasicAuth:
     path: str
     users: dict[bytes, _Password] = field(default_factory=dict)
+    # SHA-256 of credentials that matched: a bcrypt check costs ~0.1-0.3 s of CPU, too much for
+    # every export of every sender
+    _accepted: dict[bytes, None] = field(default_factory=dict, compare=False, repr=False)
     scheme = "Basic"
 
     @classmethod
@@ -110,6 +116,9 @@ class BasicAuth:
         scheme, _, credentials = (authorization or "").partition(" ")
         if scheme.lower() != "basic":
             return False
+        seen = hashlib.sha256(credentials.strip().encode()).digest()
+        if seen in self._accepted:
+            return True
         try:
             user, sep, password = base64.b64decode(credentials.strip(), validate=True).partition(b":")
         except (binascii.Error, ValueError):
@@ -118,7 +127,12 @@ class BasicAuth:
         if not sep or entry is None:
             _Password("plain", b"\0" * 16).matches(password)  # the same work for an unknown user
             return False
-        return entry.matches(password)
+        if not entry.matches(password):
+            return False
+        if len(self._accepted) >= _MAX_ACCEPTED:
+            self._accepted.clear()
+        self._accepted[seen] = None
+        return True
 
     def describe(self) -> str:
         return f"basic auth, {len(self.users)} user(s) from {self.path}"

@@ -39,13 +39,13 @@ from otel_llm.canonical.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
 )
+from otel_llm.cli.tls import TlsConfig
 from otel_llm.collector.exporter.otlp import OtlpExporterConfig
 from otel_llm.collector.extension.auth import Authenticator, BearerTokenAuth
 from otel_llm.collector.otelcol.traces import header_lines as _traces_header
 from otel_llm.collector.otelcol.traces import traces_part
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
-from otel_llm.collector.tls import TlsSettings
 from otel_llm.shim.profile import Profile, ProfileFamily
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
@@ -126,7 +126,7 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
                    remote_write_urls: Sequence[str] = (), traces_to: Sequence[str] = (),
                    traces_endpoint: str | None = None, storage_dir: str | None = None,
                    tail_sampling: TailSamplingConfig | None = None, memory_limit_mib: int = 512,
-                   metrics_to: Sequence[str] = (), tls: TlsSettings | None = None,
+                   metrics_to: Sequence[str] = (), tls: TlsConfig | None = None,
                    auth: Authenticator | None = None) -> dict:
     """The otelcol-contrib config as plain data (dicts, lists, strings, ints, floats).
 
@@ -205,7 +205,7 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
     return config
 
 
-def _listener_security(tls: TlsSettings | None, auth: Authenticator | None, listeners: list[dict]) -> dict:
+def _listener_security(tls: TlsConfig | None, auth: Authenticator | None, listeners: list[dict]) -> dict:
     """Sets the Contrib's `tls` on every listener and `auth` on the receivers (the first two);
     returns the authenticator extension it names."""
     if tls is not None:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from otel_llm.cli.tls import TlsConfig
 from otel_llm.collector.extension.auth import Authenticator
 from otel_llm.collector.pdata.otlp_codec import PayloadError
 from otel_llm.collector.receiver.otlp_http import ROUTES, Signal, SignalRoute, Sink, export_response
-from otel_llm.collector.tls import TlsSettings
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class OtlpGrpcReceiverConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     max_workers: int = 4
     signals: frozenset[Signal] = frozenset(Signal)  # others answer UNIMPLEMENTED
-    tls: TlsSettings | None = None
+    tls: TlsConfig | None = None
     auth: Authenticator | None = None
 
     def __post_init__(self) -> None:

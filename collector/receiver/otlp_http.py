@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 # Larger declared bodies are not drained before answering 413; the connection closes.
 _MAX_DRAIN_BYTES = 256 * 1024 * 1024
-_READ_CHUNK_BYTES = 64 * 1024
 
 
 class Signal(enum.Enum):
@@ -244,7 +243,7 @@ class _Handler(EndpointHandler):
             self.close_connection = True
             raise PayloadError(400, f"invalid Content-Length {length_header!r}") from None
         if length > self._limit:
-            self._drain(length)
+            self.discard(_MAX_DRAIN_BYTES)  # so the client reads the 413, not a reset
             raise PayloadError(
                 413, f"body of {length} bytes exceeds the limit of {self._limit} bytes"
             )
@@ -273,18 +272,6 @@ class _Handler(EndpointHandler):
                 raise PayloadError(413, f"chunked body exceeds the limit of {self._limit} bytes")
             chunks.append(self.rfile.read(size))
             self.rfile.readline(1024)
-
-    def _drain(self, length: int) -> None:
-        """Read and discard the body so the client sees the answer, not a reset."""
-        if length > _MAX_DRAIN_BYTES:
-            self.close_connection = True
-            return
-        while length > 0:
-            chunk = self.rfile.read(min(length, _READ_CHUNK_BYTES))
-            if not chunk:
-                self.close_connection = True
-                return
-            length -= len(chunk)
 
     def _respond(self, status: int, content_type: str, body: bytes) -> None:
         self.send(status, content_type if content_type in CONTENT_TYPES else TEXT, body,

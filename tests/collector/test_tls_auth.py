@@ -21,12 +21,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_llm.cli import build_parser
+from otel_llm.cli.tls import TlsConfig
 from otel_llm.collector import cli as collector_cli
 from otel_llm.collector.extension import auth as auth_module
 from otel_llm.collector.extension.auth import BasicAuth, BearerTokenAuth
 from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.service import Collector, CollectorConfig
-from otel_llm.collector.tls import TlsSettings
 from otel_llm.collector.tracestore.store import TraceStoreConfig
 
 TOKEN = "s3cret-token"
@@ -59,7 +59,7 @@ def token_file(tmp_path) -> str:
 
 
 def secure_collector(pki, tmp_path, auth, client_ca: bool = False) -> Collector:
-    tls = TlsSettings(pki["cert"], pki["key"], pki["ca"] if client_ca else None)
+    tls = TlsConfig(pki["cert"], pki["key"], pki["ca"] if client_ca else None)
     return Collector(CollectorConfig(
         otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, jaeger_port=0,
         trace_store=TraceStoreConfig(str(tmp_path / "store")), http_server=HttpServerSettings(tls=tls, auth=auth)))

@@ -13,7 +13,7 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 
-from otel_llm.server.tls import TlsConfig, tls_config
+from otel_llm.cli.tls import TlsConfig, tls_config
 from tests.server.api.api_server_harness import ServerProcess
 
 

@@ -13,11 +13,11 @@ from otel_llm.canonical.instruments import (
     CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, Kind,
     instrument_table,
 )
+from otel_llm.cli.tls import TlsConfig
 from otel_llm.collector.extension.auth import parse_auth
 from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, render_otelcol_config, target_name
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
-from otel_llm.collector.tls import TlsSettings
 from otel_llm.export.exposition import series_groups
 from otel_llm.shim.profiles import get_profile
 
@@ -266,7 +266,7 @@ def test_yaml_parses_and_uses_only_documented_keys(profile_name, traces):
 def test_tls_and_auth_go_on_every_listener_with_documented_keys(tmp_path, auth_kind):
     secret = tmp_path / "secret"
     secret.write_text("user:password\n" if auth_kind == "htpasswd-file" else "token\n")
-    tls = TlsSettings("/etc/otelcol/cert.pem", "/etc/otelcol/key.pem", "/etc/otelcol/ca.pem")
+    tls = TlsConfig("/etc/otelcol/cert.pem", "/etc/otelcol/key.pem", "/etc/otelcol/ca.pem")
     config = yaml.safe_load(render_otelcol_config("vllm", tls=tls, auth=parse_auth(f"{auth_kind}={secret}"),
                                                   traces_endpoint="jaeger:4317"))
     check_documented(config)

@@ -1,9 +1,12 @@
-"""`TlsConfig`: the server's certificate and key, and the client CA that makes it mutual TLS.
+"""`TlsConfig`: a listener's certificate and key, and the client CA that makes it mutual TLS, for
+`otel-llm serve` and every `otel-llm collector` listener (the OpenTelemetry Collector's
+``tls.cert_file``, ``key_file`` and ``client_ca_file``).
 
-`otel-llm serve --tls-cert-file --tls-key-file [--tls-client-ca-file]` builds one (`tls_config`);
-uvicorn loads the same files (`uvicorn_kwargs`). The files are loaded once at construction, so a
-missing file, a PEM that is no certificate or a key that does not match fails at startup, naming
-the flag, instead of in uvicorn's startup with a traceback. The key must not be encrypted.
+`tls_config` builds one from the `--tls-cert-file`, `--tls-key-file` and `--tls-client-ca-file`
+flags and loads the files once, so a missing file, a PEM that is no certificate, a key that is not
+the certificate's or an encrypted key fails at start-up, naming the flag. The same files then
+serve as an `ssl.SSLContext` (the collector's HTTP listeners), gRPC server credentials, or
+uvicorn's arguments (the server).
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class TlsConfig:
     """PEM file paths. `client_ca_file`: clients must present a certificate signed by it (mTLS);
-    None: any client may connect (server-side TLS only)."""
+    None: any client may connect (server-side TLS only). Nothing is read until a method needs it."""
 
     cert_file: str
     key_file: str
     client_ca_file: str | None = None
 
-    def __post_init__(self) -> None:
+    def server_context(self) -> ssl.SSLContext:
+        """TLS 1.2 and later with these files. Raises ValueError naming the flag of a bad file."""
         for flag, path in (("cert", self.cert_file), ("key", self.key_file), ("client-ca", self.client_ca_file)):
             if path is not None and not os.path.isfile(path):
                 raise ValueError(f"--tls-{flag}-file {path!r}: no such file")
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
             context.load_cert_chain(self.cert_file, self.key_file, password=_no_password)
         except (ssl.SSLError, OSError, ValueError) as exc:
@@ -38,6 +43,8 @@ class TlsConfig:
             except (ssl.SSLError, OSError) as exc:
                 raise ValueError(f"--tls-client-ca-file {self.client_ca_file!r}: not PEM CA certificates: "
                                  f"{exc}") from None
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
 
     def uvicorn_kwargs(self) -> dict:
         """`uvicorn.Config`'s TLS arguments."""
@@ -46,6 +53,19 @@ class TlsConfig:
             kwargs.update(ssl_ca_certs=self.client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
         return kwargs
 
+    def grpc_credentials(self):
+        """The same files as gRPC server credentials (checked as `server_context` checks them)."""
+        import grpc
+
+        self.server_context()
+        with open(self.key_file, "rb") as key, open(self.cert_file, "rb") as cert:
+            pair = (key.read(), cert.read())
+        ca = None
+        if self.client_ca_file is not None:
+            with open(self.client_ca_file, "rb") as f:
+                ca = f.read()
+        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
+
 
 def _no_password() -> bytes:
     """An encrypted key would make OpenSSL prompt on the terminal; it fails instead."""
@@ -53,12 +73,16 @@ def _no_password() -> bytes:
 
 
 def tls_config(cert_file: str | None, key_file: str | None, client_ca_file: str | None) -> TlsConfig | None:
-    """The flags' `TlsConfig`; None without them. Raises ValueError naming the flag missing or wrong."""
+    """The flags' `TlsConfig`, its files loaded once; None without them. Raises ValueError naming the
+    flag missing or wrong."""
     if cert_file is None and key_file is None:
         if client_ca_file is not None:
-            raise ValueError(f"--tls-client-ca-file {client_ca_file!r}: needs --tls-cert-file and --tls-key-file")
+            raise ValueError(f"--tls-client-ca-file needs --tls-cert-file and --tls-key-file (got {client_ca_file!r})")
         return None
     if cert_file is None or key_file is None:
         given, missing = ("cert", "key") if key_file is None else ("key", "cert")
-        raise ValueError(f"--tls-{given}-file needs --tls-{missing}-file")
-    return TlsConfig(cert_file, key_file, client_ca_file)
+        raise ValueError(f"--tls-{given}-file needs --tls-{missing}-file "
+                         "(--tls-cert-file and --tls-key-file go together)")
+    config = TlsConfig(cert_file, key_file, client_ca_file)
+    config.server_context()
+    return config
