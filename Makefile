@@ -7,7 +7,7 @@ TORCH ?= 2.13.0
 export PIP_RETRIES ?= 10
 export PIP_RESUME_RETRIES ?= 10
 
-.PHONY: setup serve test bench clean
+.PHONY: setup serve test test-vllm-matrix bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,6 +42,10 @@ serve: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# Only the plugin's release checks: every vLLM release's source, and the CPU builds 0.27.1-0.32.0 run.
+test-vllm-matrix: setup
+	$(PY) -m pytest -q tests/vllm/test_released_sources.py tests/vllm/test_vllm_releases.py
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/telemetry_overhead.py

@@ -40,12 +40,9 @@ import atexit
 import logging
 import os
 import threading
+from operator import attrgetter
 
-from vllm.distributed.ec_transfer.ec_connector.metrics import ECConnectorProm
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorProm
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, PrometheusStatLogger
-from vllm.v1.metrics.perf import PerfMetricsProm
-from vllm.v1.spec_decode.metrics import SpecDecodingProm
 
 from otel_llm.canonical.instruments import Kind
 from otel_llm.export.exposition import series_groups
@@ -54,6 +51,8 @@ from otel_llm.export.otlp_endpoint import otlp_destination
 from otel_llm.export.otlp_metrics import export_interval_s
 from otel_llm.export.prom_families import FamilySet, shim_classes
 from otel_llm.shim.profiles import get_profile
+from otel_llm.vllm.compat import (ALIASES, STEP_TOKENS_COMPUTED_FROM, helper_classes, parse_version, serving_note,
+                                  vllm_filled, vllm_version)
 from otel_llm.vllm.stats import VllmStatsAggregator
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
@@ -101,8 +100,9 @@ class _OtelSide:
         self.agg = VllmStatsAggregator(str(model.served_model_name), model.max_model_len, engine_indexes or [0],
                                        extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
                                        vllm_families=vllm_families,
-                                       kv_cache_metrics=bool(getattr(vllm_config.observability_config,
-                                                                     "kv_cache_metrics", False)))
+                                       kv_cache_metrics=bool(getattr(getattr(vllm_config, "observability_config",
+                                                                             None), "kv_cache_metrics", False)),
+                                       step_tokens_computed=parse_version(vllm_version()) >= STEP_TOKENS_COMPUTED_FROM)
         self.reader = None
         if exporter == "otlp":
             self._start_push(temporality)
@@ -142,6 +142,7 @@ class OtelLLMStatLogger(AggregateStatLoggerBase):
     """`add` mode: vLLM keeps its Prometheus logger; this one pushes OTLP alongside."""
 
     def __init__(self, vllm_config, engine_indexes=None):
+        _note_version()
         self._otel = _OtelSide(vllm_config, engine_indexes)
         self.record = self._otel.agg.record  # the event-loop path: one deque append per step
 
@@ -159,38 +160,54 @@ class OtelLLMStatLogger(AggregateStatLoggerBase):
 
 
 class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
-    """`replace` mode: vLLM's `vllm:*` families, values from otel_llm's aggregation, plus the OTLP push."""
+    """`replace` mode: vLLM's `vllm:*` families, values from otel_llm's aggregation, plus the OTLP push.
+
+    Families this vLLM declares that otel_llm has no values for (a release newer than the checked
+    range may add one) get theirs from vLLM's own `record` on the declared classes, step by step in
+    `flush` (`vllm_records`, named in one WARNING); if vLLM's constructor fails on the declared classes,
+    vLLM's own logger serves its families as in `add` mode (one WARNING), and OTLP is pushed alongside."""
 
     def __init__(self, vllm_config, engine_indexes=None):
+        _note_version()
         self.families = FamilySet()
         self.multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ  # --api-server-count > 1
-        if not self.multiprocess:
-            self._declare_on_shims()
-        super().__init__(vllm_config, engine_indexes)
-        buckets = {} if self.multiprocess else self._custom_buckets()
-        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets, vllm_families=not self.multiprocess)
+        self.serving, self.vllm_records = not self.multiprocess, False
+        if self.serving:
+            try:
+                self._declare_on_shims()
+                super().__init__(vllm_config, engine_indexes)
+            except Exception as exc:
+                _off("serving vLLM's families from otel-llm's aggregation (replace mode); vLLM's own logger "
+                     "serves them and otel-llm pushes OTLP alongside", exc)
+                for attr in [a for a in vars(self) if a.endswith("_cls")]:
+                    delattr(self, attr)
+                self.serving, self.families = False, FamilySet()
+        if not self.serving:
+            super().__init__(vllm_config, engine_indexes)
+        buckets = self._custom_buckets() if self.serving else {}
+        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets, vllm_families=self.serving)
         if self.multiprocess:
             logger.warning("otel-llm: %s=replace needs one API server; with several, vLLM's multiprocess "
                            "Prometheus path is kept and otel-llm pushes OTLP alongside", MODE_VAR)
+        if not self.serving:
             return
-        self._otel.agg.on_steps = self._rare_steps
+        self._optional_stats = _optional_stats_getter()
+        self._otel.agg.on_steps = self._vllm_steps
         self._install_sources()
         install_fast_metrics(self)
         self.record = self._otel.agg.record
 
     def _declare_on_shims(self) -> None:
-        C, G, H = shim_classes(self.families)
-        self._counter_cls, self._gauge_cls, self._histogram_cls = C, G, H
-        self._spec_decoding_cls = type("SpecDecodingProm", (SpecDecodingProm,), {"_counter_cls": C})
-        self._perf_metrics_cls = type("PerfMetricsProm", (PerfMetricsProm,), {"_counter_cls": C})
-        shims = {"_counter_cls": C, "_gauge_cls": G, "_histogram_cls": H}
-        self._kv_connector_cls = type("KVConnectorProm", (KVConnectorProm,), shims)
-        self._ec_connector_cls = type("ECConnectorProm", (ECConnectorProm,), shims)
+        shims = dict(zip(("_counter_cls", "_gauge_cls", "_histogram_cls"), shim_classes(self.families)))
+        for attr, shim in shims.items():
+            setattr(self, attr, shim)
+        for attr, cls in helper_classes(PrometheusStatLogger).items():  # spec decode, KV/EC connectors, MFU
+            setattr(self, attr, type(cls.__name__, (cls,), {a: s for a, s in shims.items() if hasattr(cls, a)}))
 
     # -- vLLM's interface ---------------------------------------------------------------------
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
-        if self.multiprocess:
+        if not self.serving:
             super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
         self._otel.agg.record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
 
@@ -229,6 +246,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
         return out
 
     def _install_sources(self) -> None:
+        """Each declared family's values from the aggregation; those it has none for, from vLLM's code."""
         agg, fams = self._otel.agg, self.families.families
         for pfam in get_profile("vllm").families:
             fam = fams.get(pfam.name)
@@ -238,6 +256,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             fam.source = _canonical_source(fam, pfam, inst, agg)
         extras = {
             "vllm:prompt_tokens_cached_by_source": lambda x, lab: x.cached_by_source.get(lab["source"], 0.0),
+            "vllm:prompt_tokens_recomputed": lambda x, lab: x.recomputed,
             "vllm:mm_cache_queries": lambda x, lab: x.mm_queries,
             "vllm:mm_cache_hits": lambda x, lab: x.mm_hits,
         }
@@ -245,6 +264,15 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             fam = fams.get(name)
             if fam is not None:
                 fam.source = _extras_source(fam, agg, get)
+        for old, same in ALIASES.items():
+            if old in fams and same in fams and fams[same].source is not None:
+                fams[old].source = fams[same].source
+        unsourced = [n for n, f in fams.items() if f.source is None and not vllm_filled(n)]
+        if unsourced:
+            self.vllm_records = True
+            logger.warning("otel-llm: vLLM %s declares %s, which otel-llm does not aggregate: vLLM's own code "
+                           "records every step for them (replace mode's cost is then vLLM's)", vllm_version(),
+                           ", ".join(unsourced))
 
     def render(self) -> bytes:
         """This logger's `vllm:*` families in text format 0.0.4 (prometheus_client's bytes)."""
@@ -259,25 +287,63 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
         with self._otel.agg.settled():
             return list(self.families.collect())
 
-    def _rare_steps(self, engine_idx: int, steps: list) -> None:
-        """Per step, what only some configurations have (spec decode, KV connectors, MFU, KV-block
-        residency, LoRA, KV fetch stages, NaN and watermark counts): vLLM's own code, on the shims."""
-        always = bool(self.gauge_kv_fetch_by_stage) or self.gauge_lora_info is not None \
-            or self.kv_cache_metrics_enabled
+    def _vllm_steps(self, engine_idx: int, steps: list) -> None:
+        """Per step, what only some configurations have (spec decode, KV/EC connectors, MFU, KV-block
+        residency, LoRA, KV fetch stages, NaN and watermark counts): vLLM's own code, on the shims.
+        Every step, when this vLLM declares families otel-llm has no values for (`vllm_records`)."""
+        if self.vllm_records:
+            for _, sched, it, mm in steps:
+                PrometheusStatLogger.record(self, sched, it, mm, engine_idx)
+            return
+        always = bool(getattr(self, "gauge_kv_fetch_by_stage", None)) or self.gauge_lora_info is not None \
+            or getattr(self, "kv_cache_metrics_enabled", False)
         corrupted = getattr(self, "counter_corrupted_requests", None)  # declared only with those options
         watermark = getattr(self, "counter_watermark_requests", None)
+        optional, nothing = self._optional_stats
         for _, sched, it, _ in steps:
-            if sched is not None and (always or sched.spec_decoding_stats is not None
-                                      or sched.kv_connector_stats is not None
-                                      or sched.ec_connector_stats is not None or sched.perf_stats is not None):
+            if sched is not None and (always or optional(sched) != nothing):
                 PrometheusStatLogger.record(self, sched, None, None, engine_idx)
             if it is not None:
                 if corrupted is not None:
                     corrupted[engine_idx].inc(it.num_corrupted_reqs)
-                if watermark is not None:
-                    watermark["watermarked"][engine_idx].inc(it.num_watermarked_reqs)
-                    watermark["skipped"][engine_idx].inc(it.num_watermark_skipped_reqs)
-                    watermark["not_watermarked"][engine_idx].inc(it.num_not_watermarked_reqs)
+                if watermark is not None:  # vLLM 0.32 on
+                    for label, field in _WATERMARK:
+                        watermark[label][engine_idx].inc(getattr(it, field, 0))
+
+
+_WATERMARK = (("watermarked", "num_watermarked_reqs"), ("skipped", "num_watermark_skipped_reqs"),
+              ("not_watermarked", "num_not_watermarked_reqs"))
+# SchedulerStats fields of optional features (each newer in some releases: only those it has are read)
+_OPTIONAL_STATS = ("spec_decoding_stats", "kv_connector_stats", "ec_connector_stats", "perf_stats")
+
+
+def _optional_stats_getter() -> tuple:
+    """(a getter of the optional-feature fields this vLLM's SchedulerStats has, what it returns when none is set)."""
+    from vllm.v1.metrics.stats import SchedulerStats
+
+    fields = [f for f in _OPTIONAL_STATS if hasattr(SchedulerStats, f) or
+              f in getattr(SchedulerStats, "__dataclass_fields__", ())]
+    if len(fields) > 1:  # every release: spec decoding and KV connector stats at least
+        return attrgetter(*fields), (None,) * len(fields)
+    one = attrgetter(*fields) if fields else (lambda s: None)
+    return (lambda s: (one(s),)), (None,)
+
+
+def _note_version() -> None:
+    """The one WARNING for a vLLM release outside the checked range (once per process)."""
+    global _noted
+    if not _noted:
+        _noted = True
+        note = serving_note(vllm_version())
+        if note:
+            logger.warning("%s", note)
+
+
+_noted = False
+
+
+def _off(what: str, exc: BaseException) -> None:
+    logger.warning("otel-llm: on vLLM %s, %s (%s: %s)", vllm_version(), what, type(exc).__name__, exc)
 
 
 def _engine(fam, agg, child):

@@ -18,6 +18,10 @@ completion): also the waiting requests by reason, prompt tokens by source,
 the KV connector's prefix cache and speculative decoding, so OTLP has them.
 Families vLLM serves that have no canonical instrument (`Extras`: cached
 tokens by cache tier, the multimodal cache) are kept per engine beside them.
+Fields a vLLM release lacks (`otel_llm.vllm.compat` lists them) read as that release means.
+
+Size: the three stats objects' folds share the per-engine state and the queue; apart they would
+pass both around.
 """
 
 from __future__ import annotations
@@ -49,10 +53,12 @@ _FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time
                     "num_preemptions", "num_prompt_tokens", "num_generation_tokens", "mean_time_per_output_token",
                     "max_tokens_param", "num_cached_tokens")
 _FINISHED = attrgetter(*_FINISHED_FIELDS)
-# IterationStats / PromptTokenStats fields read once per step.
-_ITERATION = attrgetter("num_generation_tokens", "num_preempted_reqs", "prompt_token_stats",
-                        "max_num_generation_tokens_iter", "n_params_iter", "time_to_first_tokens_iter",
-                        "inter_token_latencies_iter", "finished_requests")
+# IterationStats / PromptTokenStats fields read once per step (vLLM 0.16 on: `prompt_token_stats`;
+# before, the prompt tokens of a step were one number, `num_prompt_tokens`).
+_ITERATION_FIELDS = ("num_generation_tokens", "num_preempted_reqs", "max_num_generation_tokens_iter", "n_params_iter",
+                     "time_to_first_tokens_iter", "inter_token_latencies_iter", "finished_requests")
+_ITERATION = attrgetter(*_ITERATION_FIELDS, "prompt_token_stats")
+_ITERATION_BEFORE_0_16 = attrgetter(*_ITERATION_FIELDS, "num_prompt_tokens")
 _PROMPT = attrgetter("total", "computed", "local_cache_hit", "external_kv_transfer", "cached_tokens")
 _SPEC = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 _COLUMN = {name: i for i, name in enumerate(_FINISHED_FIELDS)}
@@ -71,6 +77,7 @@ class Extras:
     """Per-engine values of vLLM families that have no canonical instrument."""
 
     cached_by_source: dict[str, float] = field(default_factory=dict)  # CacheHitSource value -> tokens
+    recomputed: float = 0.0  # vllm:prompt_tokens_recomputed (vLLM 0.16 to 0.19)
     mm_queries: float = 0.0
     mm_hits: float = 0.0
 
@@ -106,14 +113,16 @@ class VllmStatsAggregator:
 
     def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
                  extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
-                 scheduler_gauges: bool = True, vllm_families: bool = True, kv_cache_metrics: bool = False) -> None:
+                 scheduler_gauges: bool = True, vllm_families: bool = True, kv_cache_metrics: bool = False,
+                 step_tokens_computed: bool = True) -> None:
         """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
         so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
         KV-usage gauges unset (another process exports them). `vllm_families=False`: keep only the
         canonical instruments, not the `Extras` that only vLLM's own families show (`add` mode, where
         vLLM's logger serves those). `on_steps(engine_idx, steps)`, if set, also sees every folded step
         (under the lock). `kv_cache_metrics`: vLLM's `--kv-cache-metrics` is on (its residency
-        histograms are exported)."""
+        histograms are exported). `step_tokens_computed`: a step's tokens count the prompt tokens it
+        computed (vLLM 0.23 on), else every prompt token it scheduled (before)."""
         table = instrument_table(max_model_len)
         for name, bounds in (extra_buckets or {}).items():
             inst = table[name]
@@ -123,7 +132,7 @@ class VllmStatsAggregator:
         self._model, self._provider, self._max_len = model_name, provider_name, max_model_len
         self._lock = threading.Lock()
         self.scheduler_gauges, self.vllm_families = scheduler_gauges, vllm_families
-        self.kv_cache_metrics = kv_cache_metrics
+        self.kv_cache_metrics, self.step_tokens_computed = kv_cache_metrics, step_tokens_computed
         self.on_steps = None
         self._pending: collections.deque = collections.deque()
         self.flush_every = flush_every
@@ -223,8 +232,8 @@ class VllmStatsAggregator:
     def _scheduler(self, e: EngineStats, scheds: list) -> None:
         m, x, last = e.metrics, e.extras, scheds[-1]
         if self.scheduler_gauges:
-            set_scheduler(m, last.num_running_reqs, last.num_waiting_reqs + last.num_skipped_waiting_reqs,
-                          last.num_skipped_waiting_reqs, last.kv_cache_usage)
+            skipped = getattr(last, "num_skipped_waiting_reqs", 0)  # vLLM 0.20 on
+            set_scheduler(m, last.num_running_reqs, last.num_waiting_reqs + skipped, skipped, last.kv_cache_usage)
         pcs = [s.prefix_cache_stats for s in scheds]
         hits = sum(p.hits for p in pcs)
         connector = [c for c in (s.connector_prefix_cache_stats for s in scheds) if c is not None]
@@ -243,22 +252,30 @@ class VllmStatsAggregator:
             return
         x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
         for c in connector:
-            for tier, n in c.hits_by_source.items():
+            for tier, n in (getattr(c, "hits_by_source", None) or {}).items():  # vLLM 0.32 on
                 key = getattr(tier, "value", str(tier))
                 x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
 
     def _iterations(self, e: EngineStats, its: list) -> None:
         m, h = e.metrics, e.metrics.histograms
-        gen, preempted, pts, max_gen, n_params, ttft, itl, fins = zip(*map(_ITERATION, its))
-        total, computed, local_hit, external, cached = zip(*map(_PROMPT, pts))
+        split = hasattr(its[0], "prompt_token_stats")
+        gen, preempted, max_gen, n_params, ttft, itl, fins, pts = zip(*map(
+            _ITERATION if split else _ITERATION_BEFORE_0_16, its))
+        if split:
+            total, computed, local_hit, external, cached = zip(*map(_PROMPT, pts))
+            by_source = m.counters["otel_llm.usage.prompt_tokens_by_source"]  # PromptTokenStats.ALL_SOURCES
+            for i, vals in enumerate((computed, local_hit, external)):
+                by_source[i] += sum(vals)
+            m.add("otel_llm.usage.prompt_tokens_cached", sum(cached))
+            if self.vllm_families and hasattr(pts[0], "recomputed_tokens"):
+                e.extras.recomputed += sum(p.recomputed_tokens for p in pts)
+        else:  # before vLLM 0.16: one number per step, no split by source
+            total = computed = pts
         m.add("otel_llm.usage.generation_tokens", sum(gen))
         m.add("otel_llm.usage.prompt_tokens", sum(total))
         m.add("otel_llm.scheduler.preemptions", sum(preempted))
-        by_source = m.counters["otel_llm.usage.prompt_tokens_by_source"]  # vLLM's PromptTokenStats.ALL_SOURCES
-        for i, vals in enumerate((computed, local_hit, external)):
-            by_source[i] += sum(vals)
-        m.add("otel_llm.usage.prompt_tokens_cached", sum(cached))
-        h["otel_llm.step.tokens"].fold(np.add(computed, gen, dtype=np.float64))
+        step_prompt = computed if self.step_tokens_computed else total  # what vLLM's release observes
+        h["otel_llm.step.tokens"].fold(np.add(step_prompt, gen, dtype=np.float64))
         for name, lists in (("otel_llm.request.max_generation_tokens", max_gen),
                             ("gen_ai.server.time_to_first_token", ttft)):
             vals = list(chain.from_iterable(lists))
@@ -290,20 +307,39 @@ def _record_runs(h: HistogramState, per_step: tuple[list, ...]) -> None:
         h.fold(np.array(mixed, np.float64), OP_OTHER)
 
 
+def _finished_getter(first):
+    """(`_FINISHED`, or for an older vLLM's `FinishedRequestStats` a getter that reads 0 for the fields
+    it lacks, and those fields): no `num_cached_tokens` before 0.13, no `num_preemptions` before 0.30.
+    Probed once per flush; what a release does not measure is not observed."""
+    have = tuple(hasattr(first, f) for f in _FINISHED_FIELDS)
+    found = _GETTERS.get(have)
+    if found is None:
+        pairs = tuple(zip(_FINISHED_FIELDS, have))
+        getter = _FINISHED if all(have) else (lambda r: tuple(getattr(r, f) if ok else 0 for f, ok in pairs))
+        found = _GETTERS[have] = getter, frozenset(f for f, ok in pairs if not ok)
+    return found
+
+
+_GETTERS: dict[tuple[bool, ...], tuple] = {}
+
+
 def _finished(e: EngineStats, fins: list) -> None:
     h = e.metrics.histograms
     # Read straight into one flat array (no list of rows); an unset max_tokens_param (None) reads NaN.
     width = len(_FINISHED_FIELDS)
-    a = np.fromiter(chain.from_iterable(map(_FINISHED, fins)), np.float64,
+    getter, missing = _finished_getter(fins[0])
+    a = np.fromiter(chain.from_iterable(map(getter, fins)), np.float64,
                     len(fins) * width).reshape(-1, width).T
     reason = a[_COLUMN["finish_reason"]].astype(np.int64)
     reason[(reason < 0) | (reason >= NUM_REASONS)] = FinishReason.ERROR
     by_reason = OP_OTHER * NUM_REASONS + reason
     e.metrics.add_many("otel_llm.request.finished", by_reason)
     for name, col in _PER_REQUEST:
-        h[name].fold(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
-    prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
-    h["otel_llm.request.prefill_kv_computed_tokens"].fold(prompt - np.maximum(cached, 0), OP_OTHER)
+        if _FINISHED_FIELDS[col] not in missing:
+            h[name].fold(a[col], by_reason if name == "gen_ai.server.request.duration" else OP_OTHER)
+    if "num_cached_tokens" not in missing:
+        prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
+        h["otel_llm.request.prefill_kv_computed_tokens"].fold(prompt - np.maximum(cached, 0), OP_OTHER)
     max_tokens = a[_COLUMN["max_tokens_param"]]
     set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
     if set_mt.any():

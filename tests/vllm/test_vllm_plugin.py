@@ -12,12 +12,9 @@ scheduler gauges come from one process. A bad variable stops vLLM at start-up.
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import re
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -29,83 +26,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness.ports import free_port
 from tests.harness.prometheus import PrometheusServer, promtool_check_metrics
-from tests.vllm.harness import REPO, VllmServer, ensure_tiny_model, ensure_vllm_venv
+from tests.vllm.harness import VllmServer, ensure_tiny_model, ensure_vllm_venv
+from tests.vllm.workload import (MODEL, assert_same_families_and_counts, assert_totals_equal, collector_caught_up,
+                                 deterministic_load, families, hostile_load, samples, start_collector, wait_idle)
 
 pytestmark = pytest.mark.slow
-MODEL = "tiny"
 SERVICE = "vllm-tiny"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
-              "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
-              "request_inference_time_seconds", "request_time_per_output_token_seconds", "request_prompt_tokens",
-              "request_generation_tokens", "request_params_n", "request_params_max_tokens",
-              "request_max_num_generation_tokens", "iteration_tokens_total", "request_num_preemptions")
 
 
 @pytest.fixture(scope="module")
 def model_dir():
     ensure_vllm_venv()
     return ensure_tiny_model()
-
-
-def samples(text: str) -> dict[tuple, float]:
-    """{(sample name, labels without job/instance): value summed over senders}."""
-    out: dict[tuple, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.startswith("vllm:"):
-                key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("job", "instance"))))
-                out[key] = out.get(key, 0.0) + s.value
-    return out
-
-
-def deterministic_load(url: str) -> tuple[list[str], list[float]]:
-    """Sequential greedy requests: chat and completions, streamed and not, n=2, max_tokens=1."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
-    answers, latencies = [], []
-
-    def timed(fn):
-        t = time.perf_counter()
-        answers.append(fn())
-        latencies.append(time.perf_counter() - t)
-
-    for i in range(4):
-        timed(lambda: client.completions.create(model=MODEL, prompt=f"the cat {i} sat on", max_tokens=12,
-                                                temperature=0).choices[0].text)
-    timed(lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}],
-                                                 max_tokens=10, temperature=0).choices[0].message.content)
-    timed(lambda: "".join(c.choices[0].text for c in client.completions.create(
-        model=MODEL, prompt="streamed words", max_tokens=9, temperature=0, stream=True) if c.choices))
-    timed(lambda: "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "stream"}], max_tokens=7, temperature=0, stream=True)
-        if c.choices))
-    timed(lambda: "|".join(c.text for c in client.completions.create(
-        model=MODEL, prompt="two of them", max_tokens=6, n=2, temperature=0.7, seed=7).choices))
-    timed(lambda: client.completions.create(model=MODEL, prompt="one", max_tokens=1, temperature=0).choices[0].text)
-    return answers, latencies
-
-
-def hostile_load(url: str) -> None:
-    """An aborted stream and a bad request."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
-    stream = client.completions.create(model=MODEL, prompt="abort me", max_tokens=400, stream=True)
-    for i, _ in enumerate(stream):
-        if i == 3:
-            break
-    stream.close()
-    with pytest.raises(openai.BadRequestError):
-        client.completions.create(model=MODEL, prompt="bad", max_tokens=5000)
-
-
-def wait_idle(url: str, timeout: float = 30.0) -> str:
-    deadline = time.time() + timeout
-    while True:
-        text = httpx.get(url + "/metrics").text
-        s = samples(text)
-        running = sum(v for (n, _), v in s.items() if n in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
-        if running == 0 or time.time() > deadline:
-            return text
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -167,17 +100,6 @@ def add_run(model_dir, tmp_path_factory, restart_watch):
         collector.proc.wait(10)
 
 
-def start_collector(*args: str) -> SimpleNamespace:
-    """`otel-llm collector` (as `python -m otel_llm collector`): the process and its ports."""
-    ports = SimpleNamespace(http=free_port(), grpc=free_port(), prom=free_port(), jaeger=free_port())
-    ports.proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_llm", "collector", "--otlp-http-port", str(ports.http),
-         "--otlp-grpc-port", str(ports.grpc), "--prometheus-port", str(ports.prom),
-         "--jaeger-port", str(ports.jaeger), *args],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    return ports
-
-
 def scrape_with_collectors(url: str, vllm_text: str) -> dict[str, str]:
     """The idle vLLM's /metrics as two collectors scraping it serve them: {profile: their /metrics}."""
     out = {}
@@ -199,17 +121,6 @@ def scrape_with_collectors(url: str, vllm_text: str) -> dict[str, str]:
             c.proc.terminate()
             c.proc.wait(10)
     return out
-
-
-def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict:
-    """The collector's samples (summed over senders) once its generated-token total reaches vLLM's."""
-    key = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", MODEL)))
-    deadline = time.time() + timeout
-    while True:  # the push runs every 500 ms
-        got = samples(httpx.get(f"http://127.0.0.1:{prom_port}/metrics").text)
-        if got.get(key) == want[key] or time.time() > deadline:
-            return got
-        time.sleep(0.3)
 
 
 def test_vllm_lists_and_loads_the_plugin(add_run):
@@ -302,24 +213,6 @@ def test_vllms_request_spans_get_exact_phase_spans_in_the_trace_store(add_run):
                                    "spanID": TRACEPARENT.split("-")[2]}]
 
 
-def assert_totals_equal(want: dict, got: dict) -> None:
-    """Request counts by reason, token and cache counters, every histogram's buckets, count and sum."""
-    base = (("engine", "0"), ("model_name", MODEL))
-    success = {k[1]: v for k, v in want.items() if k[0] == "vllm:request_success_total"}
-    assert sum(success.values()) >= 10  # the load finished (the aborted stream is not counted by vLLM)
-    for labels, v in success.items():
-        assert got[("vllm:request_success_total", labels)] == v, labels
-    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
-                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
-        assert got[(name, base)] == want[(name, base)], name
-    for h in HISTOGRAMS:
-        count, total = (f"vllm:{h}_count", base), (f"vllm:{h}_sum", base)
-        assert got[count] == want[count], h
-        assert math.isclose(got[total], want[total], rel_tol=1e-9, abs_tol=1e-12), h
-        buckets = {k: v for k, v in want.items() if k[0] == f"vllm:{h}_bucket"}
-        assert buckets and all(got[k] == v for k, v in buckets.items()), h
-
-
 class HangingEndpoint:
     """Accepts connections and never answers."""
 
@@ -364,31 +257,10 @@ def replace_run(model_dir, add_run, restart_watch):
             "stop_s": stop_s}
 
 
-def families(text: str) -> dict[str, tuple]:
-    """{vllm family: (type, label names, histogram buckets)}."""
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        if fam.name.startswith("vllm:"):
-            labels = {tuple(sorted(set(s.labels) - {"le"})) for s in fam.samples}
-            les = tuple(s.labels["le"] for s in fam.samples if s.name.endswith("_bucket") and
-                        s.labels.get("engine") == "0")
-            out[fam.name] = (fam.type, labels, les)
-    return out
-
-
 def test_replace_mode_serves_vllms_families_and_counts(add_run, replace_run):
     log = replace_run["log"]
     assert "otel-llm stat logger (replace mode, API server 0 of 1)" in log and "Traceback" not in log
-    theirs, ours = families(add_run["deterministic"]), families(replace_run["text"])
-    assert ours == theirs
-    assert len(ours) >= 39
-    want, got = samples(add_run["deterministic"]), samples(replace_run["text"])
-    assert set(got) == set(want)
-    for key, v in want.items():  # two runs: durations and the number of engine steps differ, the rest not
-        if key[0].endswith("_created") or key[0].startswith("vllm:iteration_tokens_total") or (
-                "_seconds_" in key[0] and not key[0].endswith("_count")):
-            continue
-        assert got[key] == v, key
+    assert len(assert_same_families_and_counts(add_run["deterministic"], replace_run["text"])) >= 39
     problems = [p for p in promtool_check_metrics(replace_run["text"]) if "vllm:" in p]
     vllms_own = [p for p in promtool_check_metrics(add_run["deterministic"]) if "vllm:" in p]
     assert sorted(problems) == sorted(vllms_own)  # only what vLLM's own names cause

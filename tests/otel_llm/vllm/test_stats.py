@@ -126,3 +126,41 @@ def test_delta_temporality_exports_what_changed_since_the_last_collection():
     assert sum(p.count for p in first["gen_ai.server.request.duration"].data_points) == 6
     with pytest.raises(ValueError, match="temporality"):
         attach_reader(InMemoryMetricReader(), [], temporality="sometimes")
+
+
+def as_release_0_15(it, s):
+    """The same step as vLLM 0.15 hands it over: one prompt-token number per step, finished requests without
+    `num_cached_tokens`/`num_preemptions`, a scheduler without skipped waiting requests."""
+    old_fins = [NS(**{k: v for k, v in vars(f).items() if k not in ("num_cached_tokens", "num_preemptions")})
+                for f in it.finished_requests]
+    fields = {k: v for k, v in vars(it).items() if k != "prompt_token_stats"}
+    old_it = NS(**{**fields, "num_prompt_tokens": it.prompt_token_stats.total, "finished_requests": old_fins})
+    old_s = NS(**{**{k: v for k, v in vars(s).items() if k != "num_skipped_waiting_reqs"},
+                  "connector_prefix_cache_stats": NS(queries=6, hits=2)})  # no hits_by_source before 0.32
+    return old_it, old_s
+
+
+def test_an_older_releases_stats_fold_as_that_release_counts_them():
+    rng = np.random.default_rng(5)
+    steps = [(step(rng, int(rng.integers(0, 4))), sched(i)) for i in range(60)]
+    agg = VllmStatsAggregator("m", 1024, flush_every=9, step_tokens_computed=False)  # vLLM before 0.23
+    for it, s in steps:
+        agg.record(*as_release_0_15(it, s)[::-1], None, 0)
+    snap = agg.engines[0].snapshot()
+    assert agg.dropped == 0 and agg.errors == 0
+    fins = [f for it, _ in steps for f in it.finished_requests]
+    assert snap.counters["otel_llm.request.finished"].sum() == len(fins)
+    e2e = snap.histograms["gen_ai.server.request.duration"]
+    assert e2e.sums.sum() == pytest.approx(sum(f.e2e_latency for f in fins))
+    assert snap.counters["otel_llm.usage.prompt_tokens"][0] == sum(it.prompt_token_stats.total for it, _ in steps)
+    # vLLM < 0.23 observes a step's scheduled prompt tokens (`num_prompt_tokens`) plus its generated ones
+    tokens = snap.histograms["otel_llm.step.tokens"]
+    want = sum(it.prompt_token_stats.total + it.num_generation_tokens for it, _ in steps)
+    assert tokens.counts.sum() == 60 and tokens.sums.sum() == want
+    assert snap.counters["otel_llm.usage.prompt_tokens_by_source"].sum() == 0  # no split before vLLM 0.16
+    # what the release does not measure is not observed: preemptions per request (0.30), cached tokens (0.13)
+    assert snap.histograms["otel_llm.request.prefill_kv_computed_tokens"].counts.sum() == 0
+    assert snap.histograms["otel_llm.request.preemptions"].counts.sum() == 0
+    assert snap.histograms["otel_llm.request.prompt_tokens"].counts.sum() == len(fins)
+    assert snap.gauges["otel_llm.scheduler.waiting"] == 2  # no skipped waiting requests before vLLM 0.20
+    assert snap.counters["otel_llm.prefix_cache.hits"][0] == 240  # connector stats read without hits_by_source
