@@ -13,7 +13,12 @@ reports median and p99 in ms:
 - search_service_operation: Jaeger search, service + operation, limit 20 (last hour);
 - search_tag: the same with a tag (error.type=abort), limit 20;
 - search_tag_no_match_1h: a tag no span has (error.type=timeout): the whole hour is scanned;
-- retention_noop: `enforce_retention` when nothing is due.
+- retention_noop: `enforce_retention` when nothing is due;
+- http_*: the same through the collector's Jaeger query endpoint, as a UI asks it over HTTP (the
+  answer's JSON included): a search by service + operation + one attribute + a duration range
+  (1 s to 5 s), limit 20, in v1 (`/api/traces`, Grafana and older UIs) and v3
+  (`/api/v3/trace-summaries`, Jaeger's current UI), and a trace by id in both (targets: search
+  <= 200 ms, trace <= 20 ms, p99).
 Also: insert rate (spans per second of `add`), database used bytes and file sizes, and the time
 `enforce_retention` takes when the oldest 12 minutes (~10 % of the spans) expire at once.
 
@@ -29,6 +34,9 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,7 +45,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2  # noqa: E402
 
-from otel_llm.collector.extension.jaeger_query import trace_json  # noqa: E402
+from otel_llm.collector.extension.jaeger_query import JaegerQueryApi, trace_json  # noqa: E402
 from otel_llm.collector.tracestore.query import TraceQuery  # noqa: E402
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig  # noqa: E402
 
@@ -157,6 +165,7 @@ def run(num_spans: int, repeats: int) -> dict:
             "search_tag": timed(lambda: store.find_traces(tagged), repeats),
             "search_tag_no_match_1h": timed(lambda: store.find_traces(no_match), max(3, repeats // 10)),
             "retention_noop": timed(lambda: store.enforce_retention(now_us), repeats),
+            **http_queries(store, rng.choice(sample_ids).hex(), now_us, repeats),
         }
         counts = {"requests_last_5m": sum(1 for s in starts if s >= last_5m_us * 1000),
                   "failed_last_5m": len(store.failed_requests(last_5m_us, now_us, 100_000)),
@@ -175,7 +184,36 @@ def run(num_spans: int, repeats: int) -> dict:
             "queries": queries, "counts": counts, "sizes": sizes, "retention_expire_oldest_12min": retention,
             "bytes_per_span": round(sizes["used_bytes"] / max(1, stored), 1),
             "targets": {"trace_lookup_p99_ms<=10": queries["trace_lookup"]["p99_ms"] <= 10,
-                        "slowest_ttft_5m_p99_ms<=100": queries["slowest_ttft_5m"]["p99_ms"] <= 100}}
+                        "slowest_ttft_5m_p99_ms<=100": queries["slowest_ttft_5m"]["p99_ms"] <= 100,
+                        **{f"{name}_p99_ms<={limit}": queries[name]["p99_ms"] <= limit for name, limit in (
+                            ("http_v1_search", 200), ("http_v3_search", 200), ("http_v1_trace", 20),
+                            ("http_v3_trace", 20))}}}
+
+
+def http_queries(store: TraceStore, trace_id: str, now_us: int, repeats: int) -> dict:
+    """The Jaeger endpoint's answers over HTTP, v1 and v3 (see the module docstring)."""
+    api = JaegerQueryApi(store)
+    api.start()
+
+    def get(path: str, **params) -> int:
+        with urllib.request.urlopen(f"{api.url}{path}?{urllib.parse.urlencode(params)}", timeout=30) as r:
+            return len(r.read())
+
+    def iso(us: int) -> str:
+        return datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    start_us = now_us - 3600_000_000
+    v1 = {"service": "vllm-a", "operation": "chat llama-3-8b", "tags": '{"error.type":"abort"}', "minDuration": "1s",
+          "maxDuration": "5s", "start": start_us, "end": now_us, "limit": 20}
+    v3 = {"query.serviceName": "vllm-a", "query.operationName": "chat llama-3-8b",
+          "query.attributes": '{"error.type":"abort"}', "query.durationMin": "1s", "query.durationMax": "5s",
+          "query.startTimeMin": iso(start_us), "query.startTimeMax": iso(now_us), "query.searchDepth": 20}
+    try:
+        return {"http_v1_search": timed(lambda: get("/api/traces", **v1), repeats),
+                "http_v3_search": timed(lambda: get("/api/v3/trace-summaries", **v3), repeats),
+                "http_v1_trace": timed(lambda: get(f"/api/traces/{trace_id}"), repeats * 4),
+                "http_v3_trace": timed(lambda: get(f"/api/v3/traces/{trace_id}"), repeats * 4)}
+    finally:
+        api.stop()
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """Jaeger's HTTP query API (v1 JSON, as Jaeger <= v2.20 and Grafana's Jaeger data source speak
-it) over a `TraceStore`, plus two LLM endpoints of our own.
+it) over a `TraceStore`, plus two LLM endpoints of our own. ``/api/v3/...``, what Jaeger's current
+UI calls for services, operations and search, is `jaeger_api_v3`.
 
 Jaeger endpoints (every answer is the envelope ``{"data", "total", "limit", "offset", "errors"}``):
 - ``GET /api/services`` -> service names; ``GET /api/services/{service}/operations`` -> names;
@@ -47,6 +48,8 @@ import re
 import time
 from urllib.parse import parse_qs, unquote_plus, urlsplit
 
+from otel_llm.collector.extension.go_values import duration_ns, parse_bool
+from otel_llm.collector.extension.jaeger_api_v3 import v3_response
 from otel_llm.collector.extension.web_ui import ui_response
 from otel_llm.collector.http_connection import EndpointHandler
 from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
@@ -61,9 +64,6 @@ logger = logging.getLogger(__name__)
 _MAX_SAFE_INT = (1 << 53) - 1
 _DEFAULT_LOOKBACK_US = 48 * 3600 * 1_000_000
 _TIMELINE_LOOKBACK_US = 15 * 60 * 1_000_000
-_GO_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9,
-                "h": 3600 * 10**9}
-_GO_TERM = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 
 
 class JaegerQueryApi(HttpEndpoint):
@@ -95,6 +95,9 @@ class _Handler(EndpointHandler):
         if parts[0] == "ui":
             ui = ui_response(parts[1:])
             self.send(ui.status, ui.content_type, ui.body, () if ui.location is None else (("Location", ui.location),))
+            return
+        if parts[:2] == ["api", "v3"]:
+            self.send(*v3_response(self.store, parts, params))
             return
         try:
             response = self._route(parts, params)
@@ -238,9 +241,10 @@ def _int(params, name: str, default: int, bits: int = 64) -> int:
 
 def _bool(params, name: str) -> bool:
     text = _param(params, name)
-    if text not in ("", "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"):
-        raise _HttpError(400, f"unable to parse param '{name}': {text!r} is not a boolean")
-    return text[:1] in ("1", "t", "T")
+    try:
+        return text != "" and parse_bool(text)
+    except ValueError:
+        raise _HttpError(400, f"unable to parse param '{name}': {text!r} is not a boolean") from None
 
 
 def _limit(params, default: int) -> int:
@@ -273,16 +277,10 @@ def _duration_us(params, name: str, default_us: int) -> int:
     text = _param(params, name)
     if text == "":
         return default_us
-    body = text[1:] if text[0] in "+-" else text
-    total_ns, pos = 0.0, 0
-    while pos < len(body) and body != "0":
-        term = _GO_TERM.match(body, pos)
-        if term is None:
-            break
-        total_ns, pos = total_ns + float(term[1]) * _GO_UNITS_NS[term[2]], term.end()
-    if body != "0" and (not body or pos != len(body)) or total_ns >= 1 << 63:
-        raise _HttpError(400, f"unable to parse param '{name}': time: invalid duration \"{text}\"")
-    return int(-total_ns if text.startswith("-") else total_ns) // 1000
+    try:
+        return duration_ns(text) // 1000
+    except ValueError as exc:
+        raise _HttpError(400, f"unable to parse param '{name}': {exc}") from None
 
 
 def _tags(params) -> dict[str, str]:

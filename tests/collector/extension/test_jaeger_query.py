@@ -24,25 +24,9 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from otel_llm.collector.extension.jaeger_query import JaegerQueryApi
 from otel_llm.collector.timeline.rows import load, rows_from_traces
-from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
 from tests.collector.tracestore.test_store import T0_NS, add, kvs, llm_spans, request, sid, tid
 
 ENVELOPE = ["data", "total", "limit", "offset", "errors"]
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = TraceStore(TraceStoreConfig(str(tmp_path)))
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def api(store):
-    a = JaegerQueryApi(store, "127.0.0.1", 0)
-    a.start()
-    yield a
-    a.stop()
 
 
 def get(api: JaegerQueryApi, path: str, **params) -> tuple[int, dict]:
