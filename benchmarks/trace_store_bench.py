@@ -2,9 +2,10 @@
 
 Fills a store in a temporary directory with gen_ai request trees as otel_llm emits them (5 spans
 each: HTTP SERVER span > ``chat {model}`` with gen_ai.latency.* attributes and a first_token
-event > queue/prefill/decode), random trace ids, start times spread over the last 2 hours,
-two services, log-normal TTFT, ~2 % aborted and ~0.5 % errored; written in batches of 100
-requests (500 spans, about what the collector's writer merges). Then repeats each query and
+event > queue/prefill/decode) under a gateway's CLIENT span (service ``gateway``, exported after
+the server's, as spans end), random trace ids, start times spread over the last 2 hours, three
+servers, log-normal TTFT, ~2 % aborted and ~0.5 % errored; written in batches of 100 requests
+(600 spans, about what the collector's writer merges). Then repeats each query and
 reports median and p99 in ms:
 - trace_lookup: `TraceStore.trace` of a random stored trace (target <= 10 ms);
   trace_lookup_json: the same plus the Jaeger JSON the HTTP endpoint renders;
@@ -18,7 +19,8 @@ reports median and p99 in ms:
   answer's JSON included): a search by service + operation + one attribute + a duration range
   (1 s to 5 s), limit 20, in v1 (`/api/traces`, Grafana and older UIs) and v3
   (`/api/v3/trace-summaries`, Jaeger's current UI), and a trace by id in both (targets: search
-  <= 200 ms, trace <= 20 ms, p99).
+  <= 200 ms, trace <= 20 ms, p99); the service dependencies (`/api/dependencies`) of the last hour
+  (target <= 500 ms) and of the week Jaeger's UI asks for.
 Also: insert rate (spans per second of `add`), database used bytes and file sizes, and the time
 `enforce_retention` takes when the oldest 12 minutes (~10 % of the spans) expire at once.
 
@@ -49,9 +51,10 @@ from otel_llm.collector.extension.jaeger_query import JaegerQueryApi, trace_json
 from otel_llm.collector.tracestore.query import TraceQuery  # noqa: E402
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig  # noqa: E402
 
-SPANS_PER_REQUEST, REQUESTS_PER_BATCH = 5, 100
+SPANS_PER_REQUEST, REQUESTS_PER_BATCH = 6, 100
 WINDOW_S = 2 * 3600
-SERVICES = ("vllm-a", "vllm-b")
+SERVICES = ("vllm-a", "vllm-b", "vllm-c")
+GATEWAY = "gateway"
 SERVER, INTERNAL = trace_pb2.Span.SPAN_KIND_SERVER, trace_pb2.Span.SPAN_KIND_INTERNAL
 
 
@@ -65,7 +68,8 @@ def _kv(key: str, v) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=v))
 
 
-def request_tree(rng: random.Random, start_ns: int) -> tuple[bytes, list[trace_pb2.Span]]:
+def request_tree(rng: random.Random, start_ns: int) -> tuple[bytes, list[trace_pb2.Span], trace_pb2.Span]:
+    """A server's 5 spans of one request, and the gateway's client span they answer."""
     trace_id = rng.getrandbits(128).to_bytes(16, "big")
     ids = [rng.getrandbits(64).to_bytes(8, "big") for _ in range(SPANS_PER_REQUEST)]
     queue_s = rng.expovariate(1 / 0.02)
@@ -89,7 +93,8 @@ def request_tree(rng: random.Random, start_ns: int) -> tuple[bytes, list[trace_p
         status = trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR, message=f"request finished with {reason}")
     op = [_kv("gen_ai.operation.name", "chat")]
     spans = [
-        trace_pb2.Span(trace_id=trace_id, span_id=ids[0], name="POST /v1/chat/completions", kind=SERVER,
+        trace_pb2.Span(trace_id=trace_id, span_id=ids[0], parent_span_id=ids[5], name="POST /v1/chat/completions",
+                       kind=SERVER,
                        start_time_unix_nano=start_ns - 200_000, end_time_unix_nano=end_ns + 300_000,
                        attributes=[_kv("http.request.method", "POST"), _kv("http.route", "/v1/chat/completions"),
                                    _kv("http.response.status_code", 200)]),
@@ -102,22 +107,28 @@ def request_tree(rng: random.Random, start_ns: int) -> tuple[bytes, list[trace_p
                        start_time_unix_nano=queued_ns, end_time_unix_nano=first_ns, attributes=op),
         trace_pb2.Span(trace_id=trace_id, span_id=ids[4], parent_span_id=ids[1], name="decode", kind=INTERNAL,
                        start_time_unix_nano=first_ns, end_time_unix_nano=end_ns, attributes=op)]
-    return trace_id, spans
+    client = trace_pb2.Span(trace_id=trace_id, span_id=ids[5], name="POST upstream", kind=trace_pb2.Span.SPAN_KIND_CLIENT,
+                            start_time_unix_nano=start_ns - 900_000, end_time_unix_nano=end_ns + 900_000)
+    return trace_id, spans, client
 
 
-def batch(rng: random.Random, service: str, starts_ns: list[int]) -> tuple[bytes, list[bytes]]:
+def _export(service: str, spans: list[trace_pb2.Span]) -> bytes:
     req = ExportTraceServiceRequest()
     rs = req.resource_spans.add()
     rs.resource.attributes.extend([_kv("service.name", service), _kv("service.instance.id", f"{service}-0"),
                                    _kv("telemetry.sdk.language", "python"), _kv("telemetry.sdk.version", "1.45.2")])
     ss = rs.scope_spans.add()
     ss.scope.name, ss.scope.version = "otel_llm", "0.1.0"
-    trace_ids = []
-    for start_ns in starts_ns:
-        trace_id, spans = request_tree(rng, start_ns)
-        ss.spans.extend(spans)
-        trace_ids.append(trace_id)
-    return req.SerializeToString(), trace_ids
+    ss.spans.extend(spans)
+    return req.SerializeToString()
+
+
+def batch(rng: random.Random, service: str, starts_ns: list[int]) -> tuple[list[bytes], list[bytes]]:
+    """The server's export of these requests, then the gateway's (children before their parents, as
+    spans end), and the trace ids."""
+    trees = [request_tree(rng, start_ns) for start_ns in starts_ns]
+    return [_export(service, [s for _, spans, _ in trees for s in spans]),
+            _export(GATEWAY, [client for _, _, client in trees])], [trace_id for trace_id, _, _ in trees]
 
 
 def timed(fn, repeats: int) -> dict:
@@ -142,10 +153,12 @@ def run(num_spans: int, repeats: int) -> dict:
         add_s, stored, sample_ids = 0.0, 0, []
         t_all = time.perf_counter()
         for i in range(0, num_requests, REQUESTS_PER_BATCH):
-            body, trace_ids = batch(rng, SERVICES[(i // REQUESTS_PER_BATCH) % 2], starts[i:i + REQUESTS_PER_BATCH])
+            bodies, trace_ids = batch(rng, SERVICES[(i // REQUESTS_PER_BATCH) % len(SERVICES)],
+                                      starts[i:i + REQUESTS_PER_BATCH])
             sample_ids.extend(trace_ids)
             t0 = time.perf_counter()
-            stored += store.add(body)
+            for body in bodies:
+                stored += store.add(body)
             add_s += time.perf_counter() - t0
         fill_s = time.perf_counter() - t_all
         now_us = time.time_ns() // 1000
@@ -165,6 +178,7 @@ def run(num_spans: int, repeats: int) -> dict:
             "search_tag": timed(lambda: store.find_traces(tagged), repeats),
             "search_tag_no_match_1h": timed(lambda: store.find_traces(no_match), max(3, repeats // 10)),
             "retention_noop": timed(lambda: store.enforce_retention(now_us), repeats),
+            "dependencies_1h": timed(lambda: store.dependencies(now_us - 3600_000_000, now_us), repeats),
             **http_queries(store, rng.choice(sample_ids).hex(), now_us, repeats),
         }
         counts = {"requests_last_5m": sum(1 for s in starts if s >= last_5m_us * 1000),
@@ -187,7 +201,7 @@ def run(num_spans: int, repeats: int) -> dict:
                         "slowest_ttft_5m_p99_ms<=100": queries["slowest_ttft_5m"]["p99_ms"] <= 100,
                         **{f"{name}_p99_ms<={limit}": queries[name]["p99_ms"] <= limit for name, limit in (
                             ("http_v1_search", 200), ("http_v3_search", 200), ("http_v1_trace", 20),
-                            ("http_v3_trace", 20))}}}
+                            ("http_v3_trace", 20), ("http_dependencies_1h", 500))}}}
 
 
 def http_queries(store: TraceStore, trace_id: str, now_us: int, repeats: int) -> dict:
@@ -211,7 +225,11 @@ def http_queries(store: TraceStore, trace_id: str, now_us: int, repeats: int) ->
         return {"http_v1_search": timed(lambda: get("/api/traces", **v1), repeats),
                 "http_v3_search": timed(lambda: get("/api/v3/trace-summaries", **v3), repeats),
                 "http_v1_trace": timed(lambda: get(f"/api/traces/{trace_id}"), repeats * 4),
-                "http_v3_trace": timed(lambda: get(f"/api/v3/traces/{trace_id}"), repeats * 4)}
+                "http_v3_trace": timed(lambda: get(f"/api/v3/traces/{trace_id}"), repeats * 4),
+                "http_dependencies_1h": timed(lambda: get("/api/dependencies", endTs=now_us // 1000,
+                                                          lookback=3600_000), repeats),
+                "http_dependencies_week": timed(lambda: get("/api/dependencies", endTs=now_us // 1000,
+                                                            lookback=7 * 86400_000), repeats)}
     finally:
         api.stop()
 

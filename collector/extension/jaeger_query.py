@@ -10,6 +10,9 @@ Jaeger endpoints (every answer is the envelope ``{"data", "total", "limit", "off
   limit default 100) or ``?traceID=..&traceID=..`` (missing ids listed in ``errors``).
 - ``GET /api/traces/{traceID}`` -> ``[trace]``, 404 ``trace not found``. ``start``/``end``/``raw``
   are checked and then ignored (Grafana sends start/end in ms where Jaeger reads µs).
+- ``GET /api/dependencies?endTs=&lookback=&service=`` (ms; default now and 24 h) -> ``[{"parent",
+  "child", "callCount"}]``: calls from one service's span to another's (`tracestore.dependencies`),
+  the System Architecture page.
 Trace JSON follows Jaeger's uimodel and the contrib OTLP->Jaeger translator: tags in the order
 scope, attributes, span.kind, otel.status_code, error, otel.status_description, w3c.tracestate.
 Unless ``raw=true``, attributes (span, resource, event) are sorted by key and logs by time, as
@@ -64,6 +67,7 @@ logger = logging.getLogger(__name__)
 _MAX_SAFE_INT = (1 << 53) - 1
 _DEFAULT_LOOKBACK_US = 48 * 3600 * 1_000_000
 _TIMELINE_LOOKBACK_US = 15 * 60 * 1_000_000
+_DEPENDENCY_LOOKBACK_MS = 24 * 3600 * 1000  # Jaeger's default
 
 
 class JaegerQueryApi(HttpEndpoint):
@@ -143,6 +147,11 @@ class _Handler(EndpointHandler):
                 if not spans:
                     raise _HttpError(404, "trace not found")
                 return _envelope([trace_json(spans, raw)])
+            case ["api", "dependencies"]:
+                end_ms = _int(params, "endTs", _now_us() // 1000)
+                lookback_ms = _int(params, "lookback", _DEPENDENCY_LOOKBACK_MS)
+                links = store.dependencies((end_ms - lookback_ms) * 1000, end_ms * 1000, _param(params, "service"))
+                return _envelope([{"parent": p, "child": c, "callCount": n} for p, c, n in links])
             case ["api", "llm", "slowest"]:
                 metric = _param(params, "metric") or "ttft"
                 if metric not in ("ttft", "e2e", "queue"):

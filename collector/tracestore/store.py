@@ -6,7 +6,8 @@ row per (trace_id, span_id) (ids, service, name, kind, start/duration in µs, st
 ``body`` = the span's protobuf with ids and name cleared); ``resources`` and ``scopes``
 deduplicated (protobuf bytes); ``operations`` (service, name, kind) for the service/operation
 lists; one ``requests`` row per span carrying ``gen_ai.latency.*`` attributes (TTFT, e2e, queue
-time in seconds, error flag, finish reason), sharing the span's row id. OTLP delivery is at
+time in seconds, error flag, finish reason), sharing the span's row id; calls between services
+counted per minute as spans come (`dependencies`). OTLP delivery is at
 least once (clients and the exporters' queues resend): a span that comes again, in the same
 batch or later, is the same span, and the first stored stays.
 
@@ -37,7 +38,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.collector.pdata.request_span import request_facts
 from otel_llm.collector.pdata.span_ids import id_problem
-from otel_llm.collector.tracestore import schema
+from otel_llm.collector.tracestore import dependencies, schema
 from otel_llm.collector.tracestore.query import (
     DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
     span_matches,
@@ -114,6 +115,7 @@ class TraceStore:
                 spans, requests = self._rows(request)
                 stored = self._db.executemany(schema.INSERT_SPAN, spans).rowcount
                 self._db.executemany(schema.INSERT_REQUEST, requests)
+                dependencies.record(self._db, spans, time.time_ns() // 1000)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -179,6 +181,7 @@ class TraceStore:
             for service_id in self._services.values():
                 deleted += self._delete("SELECT id FROM spans WHERE service_id = ? AND start_us < ?", (service_id, cutoff))
             self._delete("SELECT id FROM requests WHERE start_us < ?", (cutoff,), table="requests")
+            dependencies.expire(self._db, cutoff, time.time_ns() // 1000)  # (waiting since: the wall clock)
             for _ in range(20):
                 used = self._used_bytes()
                 if used <= self.config.max_bytes:
@@ -290,6 +293,11 @@ class TraceStore:
                 if len(found) == query.limit:
                     break
             return [self._trace(db, trace_id) for trace_id in found]
+
+    def dependencies(self, start_us: int, end_us: int, service: str = "") -> list[tuple[str, str, int]]:
+        """(parent service, child service, calls) of spans that started in [start_us, end_us], to the minute."""
+        with self._reader() as db:
+            return dependencies.links(db, start_us, end_us, service)
 
     def trace(self, trace_id_hex: str) -> list[StoredSpan]:
         """The spans of one trace by start time ([] when unknown); ValueError on a bad id."""

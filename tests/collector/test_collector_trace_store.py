@@ -110,3 +110,58 @@ def test_a_span_delivered_again_is_stored_and_served_once(tmp_path):
         timeline = get(api, "/api/llm/timeline")
         assert timeline["total"] == timeline["data"]["requests"] == len(timeline["data"]["rows"]) == 1
         assert len(get(api, "/api/llm/slowest", metric="ttft")["data"]) == 1
+
+
+@pytest.mark.slow
+def test_calls_across_three_services_are_the_dependencies_jaegers_ui_draws(tmp_path):
+    """An app calls a gateway, the gateway calls a real `otel-llm serve` (W3C traceparent over HTTP):
+    each process exports its own spans (the real OTel SDK; the server its own), and the collector's
+    `/api/dependencies` (System Architecture) and v3 search (the trace's services) see the calls."""
+    from opentelemetry import propagate, trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    config = CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, jaeger_port=0,
+                             trace_store=TraceStoreConfig(str(tmp_path)))
+    with Collector(config) as collector:
+        api, endpoint = collector.jaeger.url, f"{collector.http.endpoint}/v1/traces"
+        server = ServerProcess("--otlp-traces-endpoint", endpoint, env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+        providers = {name: TracerProvider(resource=Resource({"service.name": name})) for name in ("app", "gateway")}
+        for provider in providers.values():
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=100))
+        app, gateway = (providers[n].get_tracer("test") for n in ("app", "gateway"))
+        try:
+            for i in range(3):
+                with app.start_as_current_span("ask", kind=trace.SpanKind.CLIENT):
+                    carrier: dict[str, str] = {}
+                    propagate.inject(carrier)
+                with gateway.start_as_current_span("POST /chat", kind=trace.SpanKind.SERVER,
+                                                   context=propagate.extract(carrier)):
+                    with gateway.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT):
+                        headers: dict[str, str] = {}
+                        propagate.inject(headers)
+                        answer = httpx.post(f"{server.url}/v1/completions", headers=headers, timeout=30,
+                                            json={"model": "dummy", "prompt": f"q{i}", "max_tokens": 4})
+                        assert answer.status_code == 200
+            for provider in providers.values():
+                provider.force_flush()
+            want = [{"parent": "app", "child": "gateway", "callCount": 3},
+                    {"parent": "gateway", "child": "otel-llm", "callCount": 3}]
+            now_ms = time.time_ns() // 1_000_000
+            assert wait_until(lambda: sorted(get(api, "/api/dependencies", endTs=now_ms + 60_000,
+                                                 lookback=600_000)["data"], key=str) == want, timeout_s=20), \
+                get(api, "/api/dependencies", endTs=now_ms + 60_000, lookback=600_000)
+        finally:
+            server.stop()
+            for provider in providers.values():
+                provider.shutdown()
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+        end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+        summaries = get(api, "/api/v3/trace-summaries", **{"query.serviceName": "gateway", "query.startTimeMin": start,
+                                                           "query.startTimeMax": end})["summaries"]
+        assert len(summaries) == 3
+        for s in summaries:
+            assert [x["name"] for x in s["services"]] == ["app", "gateway", "otel-llm"]
+            assert (s["rootServiceName"], s["rootOperationName"]) == ("app", "ask") and "orphanSpanCount" not in s

@@ -343,3 +343,19 @@ def test_the_web_view_is_served_from_the_package(api):
         answer.read()
         assert (answer.status, answer.getheader("Location")) == (status, location), path
     connection.close()
+
+
+def test_dependencies_as_jaeger_answers_them(api, store):
+    from tests.collector.tracestore.test_dependencies import gateway_call
+
+    for n in range(1, 3):
+        client, tree = gateway_call(n, T0_NS)
+        add(store, request([client], service="gateway"))
+        add(store, request(tree))
+    end_ms = T0_NS // 1_000_000 + 60_000
+    status, doc = get(api, "/api/dependencies", endTs=end_ms, lookback=3600_000)  # ms, as the UI sends them
+    assert (status, doc["data"], doc["total"], doc["errors"]) == (
+        200, [{"parent": "gateway", "child": "llm", "callCount": 2}], 0, None)
+    assert ok(api, "/api/dependencies", endTs=end_ms - 7200_000, lookback=60_000) == []
+    assert ok(api, "/api/dependencies", endTs=end_ms, lookback=3600_000, service="nobody") == []
+    assert error(api, "/api/dependencies", 400, endTs="soon").startswith("unable to parse param 'endTs'")
