@@ -20,7 +20,8 @@ reports median and p99 in ms:
   (1 s to 5 s), limit 20, in v1 (`/api/traces`, Grafana and older UIs) and v3
   (`/api/v3/trace-summaries`, Jaeger's current UI), and a trace by id in both (targets: search
   <= 200 ms, trace <= 20 ms, p99); the service dependencies (`/api/dependencies`) of the last hour
-  (target <= 500 ms) and of the week Jaeger's UI asks for.
+  (target <= 500 ms) and of the week Jaeger's UI asks for; the Monitor tab's heaviest request (p95
+  latency per operation of one service over the last hour, a point a minute).
 Also: insert rate (spans per second of `add`), database used bytes and file sizes, and the time
 `enforce_retention` takes when the oldest 12 minutes (~10 % of the spans) expire at once.
 
@@ -229,7 +230,10 @@ def http_queries(store: TraceStore, trace_id: str, now_us: int, repeats: int) ->
                 "http_dependencies_1h": timed(lambda: get("/api/dependencies", endTs=now_us // 1000,
                                                           lookback=3600_000), repeats),
                 "http_dependencies_week": timed(lambda: get("/api/dependencies", endTs=now_us // 1000,
-                                                            lookback=7 * 86400_000), repeats)}
+                                                            lookback=7 * 86400_000), repeats),
+                "http_monitor_latencies_1h": timed(lambda: get(
+                    "/api/metrics/latencies", service="vllm-a", quantile=0.95, groupByOperation="true",
+                    endTs=now_us // 1000, lookback=3600_000, step=60_000, ratePer=600_000), repeats)}
     finally:
         api.stop()
 

@@ -13,6 +13,8 @@ Jaeger endpoints (every answer is the envelope ``{"data", "total", "limit", "off
 - ``GET /api/dependencies?endTs=&lookback=&service=`` (ms; default now and 24 h) -> ``[{"parent",
   "child", "callCount"}]``: calls from one service's span to another's (`tracestore.dependencies`),
   the System Architecture page.
+- ``GET /api/metrics/{latencies,calls,errors}``: the Monitor tab's series (`jaeger_metrics`), a
+  MetricFamily, not the envelope.
 Trace JSON follows Jaeger's uimodel and the contrib OTLP->Jaeger translator: tags in the order
 scope, attributes, span.kind, otel.status_code, error, otel.status_description, w3c.tracestate.
 Unless ``raw=true``, attributes (span, resource, event) are sorted by key and logs by time, as
@@ -53,6 +55,7 @@ from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 from otel_llm.collector.extension.go_values import duration_ns, parse_bool
 from otel_llm.collector.extension.jaeger_api_v3 import v3_response
+from otel_llm.collector.extension.jaeger_metrics import METRICS, metric_family
 from otel_llm.collector.extension.web_ui import ui_response
 from otel_llm.collector.http_connection import EndpointHandler
 from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
@@ -152,6 +155,11 @@ class _Handler(EndpointHandler):
                 lookback_ms = _int(params, "lookback", _DEPENDENCY_LOOKBACK_MS)
                 links = store.dependencies((end_ms - lookback_ms) * 1000, end_ms * 1000, _param(params, "service"))
                 return _envelope([{"parent": p, "child": c, "callCount": n} for p, c, n in links])
+            case ["api", "metrics", metric] if metric in METRICS:
+                try:
+                    return metric_family(store, metric, params)
+                except ValueError as exc:
+                    raise _HttpError(400, str(exc)) from None
             case ["api", "llm", "slowest"]:
                 metric = _param(params, "metric") or "ttft"
                 if metric not in ("ttft", "e2e", "queue"):

@@ -48,13 +48,13 @@ def create(db: sqlite3.Connection) -> None:
         db.execute(_BACKFILL)
 
 
-def record(db: sqlite3.Connection, rows: list[tuple], now_us: int) -> None:
+def record(db: sqlite3.Connection, rows: list[tuple], inserted: set[int], now_us: int) -> None:
     """Counts the links of a batch just inserted (`rows`: the store's span rows, in the writer's
-    transaction): what its new spans complete, as children or as parents of waiting children."""
+    transaction; `inserted`: the ids that were new): what its new spans complete, as children or as
+    parents of waiting children."""
     if not rows:
         return
     first = rows[0][0]
-    inserted = {row_id for (row_id,) in db.execute("SELECT id FROM spans WHERE id BETWEEN ? AND ?", (first, rows[-1][0]))}
     calls: Counter = Counter()
     # waiting children whose parent is in this batch
     done = []

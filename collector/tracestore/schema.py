@@ -4,7 +4,7 @@ Tables: ``services``, ``resources`` and ``scopes`` deduplicated (protobuf bytes)
 (service, name, kind); ``spans``, one row per (trace_id, span_id), kept unique by the
 ``spans_span`` index, which also serves trace lookup; ``requests``, one row per request span
 (``gen_ai.latency.*`` attributes), sharing its span's row id; the service dependency counts
-(`dependencies`).
+(`dependencies`) and the per-minute span counts of Service Performance Monitoring (`span_metrics`).
 
 Databases written before ``spans_span`` existed kept every delivery of a span: a trace resent by
 an OTLP client or an exporter's on-disk queue (at least once, by design) showed its spans as
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from otel_llm.collector.tracestore import dependencies
+from otel_llm.collector.tracestore import dependencies, span_metrics
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS services (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
@@ -56,6 +56,7 @@ def create_or_upgrade(db: sqlite3.Connection) -> int:
         for statement in filter(str.strip, SCHEMA.split(";")):
             db.execute(statement)
         dependencies.create(db)
+        span_metrics.create(db)
         deleted = 0
         if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'spans_span'").fetchone() is None:
             deleted = db.execute("DELETE FROM spans WHERE EXISTS (SELECT 1 FROM spans kept WHERE kept.trace_id = "

@@ -7,7 +7,8 @@ row per (trace_id, span_id) (ids, service, name, kind, start/duration in µs, st
 deduplicated (protobuf bytes); ``operations`` (service, name, kind) for the service/operation
 lists; one ``requests`` row per span carrying ``gen_ai.latency.*`` attributes (TTFT, e2e, queue
 time in seconds, error flag, finish reason), sharing the span's row id; calls between services
-counted per minute as spans come (`dependencies`). OTLP delivery is at
+(`dependencies`) and calls, errors and durations per service and operation (`span_metrics`)
+counted per minute as spans come. OTLP delivery is at
 least once (clients and the exporters' queues resend): a span that comes again, in the same
 batch or later, is the same span, and the first stored stays.
 
@@ -38,7 +39,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.collector.pdata.request_span import request_facts
 from otel_llm.collector.pdata.span_ids import id_problem
-from otel_llm.collector.tracestore import dependencies, schema
+from otel_llm.collector.tracestore import dependencies, schema, span_metrics
 from otel_llm.collector.tracestore.query import (
     DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
     span_matches,
@@ -115,7 +116,11 @@ class TraceStore:
                 spans, requests = self._rows(request)
                 stored = self._db.executemany(schema.INSERT_SPAN, spans).rowcount
                 self._db.executemany(schema.INSERT_REQUEST, requests)
-                dependencies.record(self._db, spans, time.time_ns() // 1000)
+                if spans:
+                    inserted = {i for (i,) in self._db.execute("SELECT id FROM spans WHERE id BETWEEN ? AND ?",
+                                                               (spans[0][0], spans[-1][0]))}
+                    dependencies.record(self._db, spans, inserted, time.time_ns() // 1000)
+                    span_metrics.record(self._db, spans, inserted)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -182,6 +187,7 @@ class TraceStore:
                 deleted += self._delete("SELECT id FROM spans WHERE service_id = ? AND start_us < ?", (service_id, cutoff))
             self._delete("SELECT id FROM requests WHERE start_us < ?", (cutoff,), table="requests")
             dependencies.expire(self._db, cutoff, time.time_ns() // 1000)  # (waiting since: the wall clock)
+            span_metrics.expire(self._db, cutoff)
             for _ in range(20):
                 used = self._used_bytes()
                 if used <= self.config.max_bytes:
@@ -298,6 +304,13 @@ class TraceStore:
         """(parent service, child service, calls) of spans that started in [start_us, end_us], to the minute."""
         with self._reader() as db:
             return dependencies.links(db, start_us, end_us, service)
+
+    def span_series(self, metric: str, services: list[str], kinds: list[int], by_operation: bool, end_us: int,
+                    lookback_us: int, step_us: int, rate_per_us: int, quantile: float = 0.5) -> dict:
+        """Calls, errors or latency per service (and operation) over time: `span_metrics.series`."""
+        with self._reader() as db:
+            return span_metrics.series(db, metric, services, kinds, by_operation, end_us, lookback_us, step_us,
+                                       rate_per_us, quantile)
 
     def trace(self, trace_id_hex: str) -> list[StoredSpan]:
         """The spans of one trace by start time ([] when unknown); ValueError on a bad id."""

@@ -359,3 +359,47 @@ def test_dependencies_as_jaeger_answers_them(api, store):
     assert ok(api, "/api/dependencies", endTs=end_ms - 7200_000, lookback=60_000) == []
     assert ok(api, "/api/dependencies", endTs=end_ms, lookback=3600_000, service="nobody") == []
     assert error(api, "/api/dependencies", 400, endTs="soon").startswith("unable to parse param 'endTs'")
+
+
+def test_service_performance_monitoring_as_the_monitor_tab_asks(api, store):
+    """The Monitor tab's 8 requests per refresh (latencies at 0.5/0.75/0.95, calls, errors; then grouped by
+    operation), answered as Jaeger's Prometheus reader does: a MetricFamily, ms, per second, a fraction."""
+    base = T0_NS - T0_NS % 60_000_000_000
+    for n in range(1, 41):  # 40 requests over two minutes, every 4th aborted
+        add(store, request(llm_spans(n, base + n * 3 * 10**9, e2e_s=0.1 * (n % 7 + 1),
+                                     error="abort" if n % 4 == 0 else None)))
+    end_ms = base // 1_000_000 + 180_000
+    ui = {"service": "llm", "endTs": end_ms, "lookback": 3600_000, "step": 60_000, "ratePer": 600_000,
+          "spanKind": "internal"}  # the chat span (an INTERNAL span carries the status here)
+    fams = {q: ok_json(api, "/api/metrics/latencies", quantile=q, **ui) for q in (0.5, 0.75, 0.95)}
+    calls, errors = ok_json(api, "/api/metrics/calls", quantile=0.95, **ui), ok_json(api, "/api/metrics/errors", **ui)
+    assert (fams[0.95]["name"], fams[0.95]["type"], fams[0.95]["help"]) == (
+        "service_latencies", "GAUGE", "0.95th quantile latency, grouped by service")
+    assert (calls["name"], calls["help"]) == ("service_call_rate", "calls/sec, grouped by service")
+    assert errors["name"] == "service_error_rate" and errors["help"].startswith("error rate, computed as a fraction")
+    [series] = calls["metrics"]
+    assert series["labels"] == [{"name": "service_name", "value": "llm"}]  # the UI reads labels[0] as the service
+    points = series["metricPoints"]
+    assert len(points) == 61 and points[-1]["timestamp"].endswith("Z") and "T" in points[-1]["timestamp"]
+    # the chat span and its three phases are INTERNAL: 160 spans, 40 of them errors, in the last 10 minutes
+    assert round(points[-1]["gaugeValue"]["doubleValue"] * 600) == 160
+    assert errors["metrics"][0]["metricPoints"][-1]["gaugeValue"]["doubleValue"] == pytest.approx(10 / 160)
+    p50, p95 = (fams[q]["metrics"][0]["metricPoints"][-1]["gaugeValue"]["doubleValue"] for q in (0.5, 0.95))
+    assert 0 < p50 < p95 < 1000  # milliseconds
+    grouped = ok_json(api, "/api/metrics/calls", groupByOperation="true", **ui)
+    assert grouped["name"] == "service_operation_call_rate" and grouped["help"].endswith("& operation")
+    ops = {next(lab["value"] for lab in m["labels"] if lab["name"] == "operation"): m for m in grouped["metrics"]}
+    assert sorted(ops) == ["chat m", "decode", "prefill", "queue"]
+    assert ok_json(api, "/api/metrics/calls", service="nobody", endTs=end_ms)["metrics"] == []  # always the key
+    assert error(api, "/api/metrics/calls", 400) == "unable to parse param 'service': please provide at least one " \
+        "service name"
+    assert error(api, "/api/metrics/latencies", 400, service="llm").startswith("unable to parse param 'quantile'")
+    assert error(api, "/api/metrics/calls", 400, service="llm", spanKind="sideways") == \
+        "unable to parse param 'spanKind': unsupported span kind: 'sideways'"
+    assert get(api, "/api/metrics/minstep")[0] == 404  # gone from Jaeger too
+
+
+def ok_json(api, path: str, **params) -> dict:
+    with urllib.request.urlopen(f"{api.url}{path}?{urllib.parse.urlencode(params, doseq=True)}", timeout=10) as r:
+        assert r.status == 200
+        return json.loads(r.read())
