@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from otel_llm.engine.clock import ANCHOR_MONO_NS, ANCHOR_WALL_NS
 from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import (
     MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4,
@@ -34,7 +35,8 @@ class StepRecorder:
         self.enabled = enabled
         self._clock = clock
         # One (wall, monotonic) anchor per process: spans convert engine times with it.
-        self.anchor_wall_ns, self.anchor_mono_ns = time.time_ns(), clock()
+        self.anchor_wall_ns, self.anchor_mono_ns = (ANCHOR_WALL_NS, ANCHOR_MONO_NS) if clock is time.monotonic_ns \
+            else (time.time_ns(), clock())
         self._reset()
         # What only some engines report; reset by `_take_extension` only when used (steady steps pay nothing).
         self._extended = False  # this step has some

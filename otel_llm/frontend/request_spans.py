@@ -10,9 +10,12 @@ SDK's `TracerProvider._active_span_processor`: the smallest hook that lets a
 finished span enter the normal export pipeline (BatchSpanProcessor, OTLP).
 
 Tree: `{operation} {model}` (SERVER when it has no parent, INTERNAL under an
-HTTP server span) with children `queue`, `prefill`, `decode` on the engine's
-clock converted to epoch by the engine's (wall, monotonic) anchor; events
-`first_token` and one `preempted` per preemption. The provider's span limits
+HTTP server span), from arrival to the last output on this frontend's clock, with
+children `queue`, `prefill`, `decode` on the engine's; events `first_token` (when
+the frontend had it: start + `gen_ai.latency.time_to_first_token`, exactly; the
+prefill span ends when the engine made it, the gap is the hand-off) and one
+`preempted` per preemption. Every time goes through one anchor
+(`otel_llm.engine.clock`), so no child starts before its parent. The provider's span limits
 apply (`otel_llm.frontend.span_limits`), with string values cut at 4096 characters by default.
 """
 
@@ -28,6 +31,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.status import Status, StatusCode
 
+from otel_llm.engine.clock import offset_for
 from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.request import RequestInfo
 from otel_llm.frontend.request_table import FinishedBatch
@@ -83,8 +87,8 @@ class RequestTracer:
 
     def emit(self, b: FinishedBatch, engine_anchor: tuple[int, int]) -> int:
         """Build and export the trees of the sampled requests in `b`; returns how many."""
-        e_off = engine_anchor[0] - engine_anchor[1]  # engine mono -> epoch
         f_off = self.wall0 - self.mono0  # frontend mono -> epoch
+        e_off = offset_for(*engine_anchor, f_off)  # engine mono -> epoch: the same when on this host's clock
         traces = b.trace.tolist()
         emitted = 0
         for i, (hi, lo, span_id, parent_id) in enumerate(traces):
@@ -128,15 +132,16 @@ class RequestTracer:
             attrs["gen_ai.request.stream"] = True
         if info.stop_sequences:
             attrs["gen_ai.request.stop_sequences"] = tuple(info.stop_sequences)
-        if b.first_recv[i]:
-            attrs["gen_ai.latency.time_to_first_token"] = (int(b.first_recv[i]) - int(b.arrival[i])) * 1e-9
         events = []
+        if b.first_recv[i]:  # the event where TTFT puts it: when this frontend had the first token
+            attrs["gen_ai.latency.time_to_first_token"] = (int(b.first_recv[i]) - int(b.arrival[i])) * 1e-9
+            events.append(Event("first_token", {}, int(b.first_recv[i]) + f_off))
         if valid:
             attrs["gen_ai.latency.time_in_queue"] = (s - q) * 1e-9
             attrs["gen_ai.latency.time_in_model_prefill"] = (f - s) * 1e-9
             attrs["gen_ai.latency.time_in_model_decode"] = (last - f) * 1e-9
             attrs["gen_ai.latency.time_in_model_inference"] = (last - s) * 1e-9
-            events.append(Event("first_token", {}, f + e_off))
+
         events.extend(Event("preempted", {}, t + e_off) for t in b.preemption_ts[i])
         if self.capture_content:
             if info.input_messages is not None:

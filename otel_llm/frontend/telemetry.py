@@ -19,6 +19,7 @@ import time
 
 from otel_llm.canonical.instruments import DIMENSIONS, request_series
 from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
+from otel_llm.engine.clock import ANCHOR_MONO_NS, ANCHOR_WALL_NS
 from otel_llm.engine.step import FinishReason, StepRecord, outputs_only_header
 from otel_llm.export.exposition import Renderer, Source
 from otel_llm.export.otlp_traces import resolve_tracer_provider
@@ -53,7 +54,8 @@ class Telemetry:
         self.metrics = MetricsState(self.table_spec)
         self.lora = LoraRequests(config.max_loras, config.cardinality_limit)
         self.triton = TritonStats(config.model_name, config.model_version)
-        self.anchor = (time.time_ns(), clock())
+        # the process's one anchor (`otel_llm.engine.clock`), so HTTP spans and engine times agree
+        self.anchor = (ANCHOR_WALL_NS, ANCHOR_MONO_NS) if clock is time.monotonic_ns else (time.time_ns(), clock())
         self.start_time_ns = self.anchor[0]
         self._engine_anchor = self.anchor
         self.cache_config = tuple((str(k), str(v)) for k, v in sorted(config.cache_config.items()))

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from otel_llm.canonical.cardinality import DEFAULT_CARDINALITY_LIMIT, check_limit
+from otel_llm.engine.clock import ANCHOR_MONO_NS, ANCHOR_WALL_NS
 from otel_llm.pipeline.audio_player import DEFAULT_SAMPLE_RATE, DEFAULT_THRESHOLDS_MS, PlayerResult
 from otel_llm.pipeline.families import (
     AUDIO_CONTINUITY_OK, AUDIO_DURATION, AUDIO_FRAMES, AUDIO_RTF, AUDIO_SKIPPED, AUDIO_TTFP, AUDIO_UNDERRUN, E2E,
@@ -115,7 +116,7 @@ class PipelineTelemetry:
         model = (config.model_name,)
         for f in (RUNNING, WAITING, E2E):
             self._sets[f].touch(model)
-        self.anchor = (time.time_ns(), clock())
+        self.anchor = (ANCHOR_WALL_NS, ANCHOR_MONO_NS) if clock is time.monotonic_ns else (time.time_ns(), clock())
         self.tracer = None
         if config.tracer_provider is not None:
             from otel_llm.pipeline.spans import PipelineTracer

@@ -1,8 +1,10 @@
 """HTTP SERVER spans and the process's `TracerProvider`.
 
 `ServerSpanMiddleware` is a pure ASGI middleware: one SERVER span per HTTP
-request, a child of the incoming W3C `traceparent` (if any), from the request's
-start until the last body byte is sent (so a streamed response is inside it).
+request, a child of the incoming W3C `traceparent` (if any), from when the server
+read the request (`server.api.arrival`'s stamp, the gen_ai span's start too) until
+the last body byte is sent (so a streamed response is inside it), on the one clock
+of `otel_llm.engine.clock`.
 Like the SDK's gen_ai spans (`otel_llm.frontend.request_spans`), it is built retroactively: the
 span's identity is decided up front and put in `scope["state"]["trace_headers"]`
 (handlers pass it to `RequestInfo.trace_headers`, which makes the gen_ai span its
@@ -19,7 +21,6 @@ span limits apply (`otel_llm.frontend.span_limits`: `url.path` is cut at 4096 ch
 from __future__ import annotations
 
 import logging
-import time
 import traceback
 
 from opentelemetry.sdk.resources import Resource
@@ -27,6 +28,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from otel_llm.engine.clock import epoch_ns, now_epoch_ns
 from otel_llm.export.export_counts import ExportCounts
 from otel_llm.export.redaction import redact_url
 from otel_llm.frontend.request_spans import new_span_identity
@@ -82,7 +84,10 @@ class ServerSpanMiddleware:
         if not sampled:
             await self.app(scope, receive, send)
             return
-        start = time.time_ns()
+        # from when the server read the request (`server.api.arrival`, as the gen_ai span under it), else now;
+        # on the one clock of the spans under it (otel_llm.engine.clock)
+        arrival = scope["state"].get("arrival_ns")
+        start = now_epoch_ns() if arrival is None else epoch_ns(arrival)
         attributes = {
             "http.request.method": method,
             "url.path": scope["path"],
@@ -119,4 +124,4 @@ class ServerSpanMiddleware:
             self._processor.on_end(ReadableSpan(
                 f"{name} {route}" if route else name, ctx, parent, self.provider.resource,
                 self._limits.attributes(attributes), self._limits.events(events), (),
-                SpanKind.SERVER, None, status, start, time.time_ns(), _SCOPE))
+                SpanKind.SERVER, None, status, start, now_epoch_ns(), _SCOPE))

@@ -165,3 +165,59 @@ def test_calls_across_three_services_are_the_dependencies_jaegers_ui_draws(tmp_p
         for s in summaries:
             assert [x["name"] for x in s["services"]] == ["app", "gateway", "otel-llm"]
             assert (s["rootServiceName"], s["rootOperationName"]) == ("app", "ask") and "orphanSpanCount" not in s
+
+
+@pytest.mark.slow
+def test_under_load_every_child_span_lies_within_its_parent_and_first_token_is_where_ttft_says(tmp_path):
+    """A real server (its engine in its own process) under 48 concurrent requests, streamed and not: in
+    every stored trace, read back to the nanosecond (OTLP/JSON of the v3 API), no span starts before or
+    ends after its parent, and the first_token event is at the span's start + its TTFT attribute."""
+    import concurrent.futures
+
+    config = CollectorConfig(otlp_http_port=0, otlp_grpc_port=0, prometheus_port=0, jaeger_port=0,
+                             trace_store=TraceStoreConfig(str(tmp_path)))
+    with Collector(config) as collector:
+        api = collector.jaeger.url
+        server = ServerProcess("--otlp-traces-endpoint", f"{collector.http.endpoint}/v1/traces",
+                               env={"OTEL_BSP_SCHEDULE_DELAY": "100"}).start()
+        try:
+            def one(i: int) -> None:
+                client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+                if i % 2:
+                    for _ in client.chat.completions.create(model="dummy", max_tokens=16 + i, stream=True,
+                                                            messages=[{"role": "user", "content": f"q{i}"}]):
+                        pass
+                else:
+                    client.completions.create(model="dummy", prompt=f"p{i} " * (i + 1), max_tokens=8 + i)
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                list(pool.map(one, range(48)))
+            start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+            end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+            search = {"query.serviceName": "otel-llm", "query.startTimeMin": start, "query.startTimeMax": end,
+                      "query.searchDepth": "100", "query.attributes": '{"span.kind": "server"}'}
+            assert wait_until(lambda: len(get(api, "/api/v3/trace-summaries", **search)["summaries"]) == 48
+                              and all(s.get("spanCount") == 5 for s in get(api, "/api/v3/trace-summaries",
+                                                                           **search)["summaries"]), timeout_s=30)
+        finally:
+            server.stop()
+        summaries = get(api, "/api/v3/trace-summaries", **search)["summaries"]
+        checked = 0
+        for summary in summaries:
+            doc = get(api, f"/api/v3/traces/{summary['traceId']}")
+            spans = {s["spanId"]: s for rs in doc["result"]["resourceSpans"] for ss in rs["scopeSpans"]
+                     for s in ss["spans"]}
+            assert len(spans) == 5  # HTTP server > gen_ai span > queue, prefill, decode
+            for span in spans.values():
+                t0, t1 = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+                assert t0 <= t1
+                parent = spans.get(span.get("parentSpanId", ""))
+                if parent is not None:
+                    assert int(parent["startTimeUnixNano"]) <= t0 and t1 <= int(parent["endTimeUnixNano"]), \
+                        (span["name"], parent["name"], int(parent["startTimeUnixNano"]) - t0)
+                    checked += 1
+                ttft = next((a["value"]["doubleValue"] for a in span.get("attributes", [])
+                             if a["key"] == "gen_ai.latency.time_to_first_token"), None)
+                if ttft is not None:
+                    [event] = [e for e in span["events"] if e["name"] == "first_token"]
+                    assert abs(int(event["timeUnixNano"]) - t0 - ttft * 1e9) < 2, (ttft, event)  # float rounding
+        assert checked == 48 * 4

@@ -35,7 +35,12 @@ def test_tree_shape_attributes_and_exact_timestamps(h):
     assert a["gen_ai.latency.time_to_first_token"] == 40 * MS * 1e-9
     assert root.end_time - root.start_time == 55 * MS  # == the e2e metric
     events = [(e.name, e.timestamp) for e in root.events]
-    assert events == [("first_token", p.end_time), ("preempted", d.start_time + 6 * MS)]
+    # first_token where TTFT puts it (when the frontend had the token: after the engine made it, at
+    # the prefill span's end), preemptions when the engine had them
+    assert events == [("first_token", root.start_time + 40 * MS), ("preempted", d.start_time + 6 * MS)]
+    assert p.end_time <= root.start_time + 40 * MS
+    for child in (q, p, d):  # one clock: no child outside its parent
+        assert root.start_time <= child.start_time <= child.end_time <= root.end_time
     assert "gen_ai.input.messages" not in a and "gen_ai.output.messages" not in a  # content off by default
 
 
