@@ -2,7 +2,8 @@
 
 - `serve`, `serve-pipeline`, `demo`: `otel_llm.server.cli` (the `serve` extra);
 - `collector`: `otel_llm.collector.cli` (the `collector` extra);
-- `timeline`: `otel_llm.collector.timeline.cli` (the `timeline` extra to draw a PNG).
+- `timeline`: `otel_llm.collector.timeline.cli` (the `timeline` extra to draw a PNG);
+- `slo`: `otel_llm.slo.cli` (the `slo` extra: PyYAML).
 
 Building the parser imports only the standard library and the SDK's light modules, so every
 subcommand prints its `--help` on a base install (`pip install otel-llm`). Before a subcommand
@@ -26,8 +27,9 @@ EXTRA_MODULES = {
               "prometheus_fastapi_instrumentator"),
     "collector": ("grpc", "google.rpc", "cramjam", "yaml"),
     "timeline": ("matplotlib",),
+    "slo": ("yaml",),
 }
-_COMPONENTS = ("otel_llm.server.cli", "otel_llm.collector.cli", "otel_llm.collector.timeline.cli")
+_COMPONENTS = ("otel_llm.server.cli", "otel_llm.collector.cli", "otel_llm.collector.timeline.cli", "otel_llm.slo.cli")
 
 
 def missing_module(extra: str) -> str | None:

@@ -28,7 +28,8 @@ def otel_llm(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["serve-pipeline"], ["demo"], ["collector"], ["timeline"]])
+@pytest.mark.parametrize("command", [[], ["serve"], ["serve-pipeline"], ["demo"], ["collector"], ["timeline"], ["slo"],
+                                     ["slo", "rules"]])
 def test_every_subcommand_prints_its_help_without_extras(command):
     done = otel_llm(*command, "--help")
     assert done.returncode == 0, done.stderr
@@ -42,6 +43,7 @@ def test_every_subcommand_prints_its_help_without_extras(command):
     (["demo"], "serve", "torch"),
     (["collector", "--otlp-http-port", "0"], "collector", "grpc"),
     (["collector", "--print-otelcol-config"], "collector", "grpc"),
+    (["slo", "rules", "--config", "slo.yaml"], "slo", "yaml"),
 ])
 def test_a_missing_extra_is_named_in_one_line(command, extra, module):
     done = otel_llm(*command)
