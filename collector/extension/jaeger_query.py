@@ -15,6 +15,9 @@ Jaeger endpoints (every answer is the envelope ``{"data", "total", "limit", "off
   the System Architecture page.
 - ``GET /api/metrics/{latencies,calls,errors}``: the Monitor tab's series (`jaeger_metrics`), a
   MetricFamily, not the envelope.
+- ``POST /api/transform`` (the UI's Upload): an OTLP/JSON body (ExportTraceServiceRequest) ->
+  its traces in Jaeger's JSON, as the trace view reads them; ``POST /api/archive/{id}``: 501, no
+  archive storage.
 Trace JSON follows Jaeger's uimodel and the contrib OTLP->Jaeger translator: tags in the order
 scope, attributes, span.kind, otel.status_code, error, otel.status_description, w3c.tracestate.
 Unless ``raw=true``, attributes (span, resource, event) are sorted by key and logs by time, as
@@ -53,12 +56,15 @@ import re
 import time
 from urllib.parse import parse_qs, unquote_plus, urlsplit
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from otel_llm.collector.extension.go_values import duration_ns, parse_bool
 from otel_llm.collector.extension.jaeger_api_v3 import v3_response
 from otel_llm.collector.extension.jaeger_metrics import METRICS, metric_family
 from otel_llm.collector.extension.web_ui import ui_response
 from otel_llm.collector.http_connection import EndpointHandler
 from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
+from otel_llm.collector.pdata import otlp_codec
 from otel_llm.collector.timeline.rows import RowFilter, load, rows_from_traces
 from otel_llm.collector.tracestore.query import (
     SPAN_KINDS, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, plain_value, service_name,
@@ -71,6 +77,7 @@ _MAX_SAFE_INT = (1 << 53) - 1
 _DEFAULT_LOOKBACK_US = 48 * 3600 * 1_000_000
 _TIMELINE_LOOKBACK_US = 15 * 60 * 1_000_000
 _DEPENDENCY_LOOKBACK_MS = 24 * 3600 * 1000  # Jaeger's default
+_TRANSFORM_LIMIT = 16 * 1024 * 1024
 
 
 class JaegerQueryApi(HttpEndpoint):
@@ -118,6 +125,39 @@ class _Handler(EndpointHandler):
         body = json.dumps(response, indent=4 if pretty else None, separators=None if pretty else (",", ":"),
                           ensure_ascii=False, allow_nan=False).encode()
         self.send(status, "application/json", body)
+
+    def do_POST(self) -> None:
+        """``/api/transform``: OTLP/JSON traces (the UI's Upload) -> Jaeger's JSON; the rest refused in JSON."""
+        path = urlsplit(self.path).path
+        if path != "/api/transform":
+            self.discard(_TRANSFORM_LIMIT)
+            if path.startswith("/api/archive/"):
+                self.deny(501, "archive storage is not configured: the collector's trace store has no archive")
+            else:
+                self.deny(404, f"unknown path {path!r} for POST; see /api/transform")
+            return
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit():
+            self.close_connection = True
+            self.deny(411, "Content-Length required")
+            return
+        if int(length) > _TRANSFORM_LIMIT:
+            self.discard(_TRANSFORM_LIMIT)
+            self.deny(413, f"body of {length} bytes exceeds the limit of {_TRANSFORM_LIMIT} bytes")
+            return
+        try:
+            request = otlp_codec.decode(self.rfile.read(int(length)), otlp_codec.JSON, ExportTraceServiceRequest)
+        except otlp_codec.PayloadError as exc:
+            self.deny(400, exc.reason)
+            return
+        traces: dict[bytes, list[StoredSpan]] = {}
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    traces.setdefault(span.trace_id, []).append(StoredSpan(span, rs.resource, ss.scope))
+        data = [trace_json(sorted(spans, key=lambda s: s.span.start_time_unix_nano)) for spans in traces.values()]
+        self.send(200, "application/json", json.dumps(_envelope(data, total=len(data)), ensure_ascii=False,
+                                                      allow_nan=False).encode())
 
     def deny(self, status: int, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         body = json.dumps(_envelope(None, errors=[{"code": status, "msg": reason}])).encode()

@@ -403,3 +403,27 @@ def ok_json(api, path: str, **params) -> dict:
     with urllib.request.urlopen(f"{api.url}{path}?{urllib.parse.urlencode(params, doseq=True)}", timeout=10) as r:
         assert r.status == 200
         return json.loads(r.read())
+
+
+def test_the_uis_upload_turns_otlp_json_into_the_trace_it_shows(api, store):
+    """`POST /api/transform` (the UI's Upload): the OTLP/JSON of a stored trace comes back as the trace view
+    shows it from the store; archive (no archive storage here) and unknown paths answer in the envelope."""
+    add(store, request(llm_spans(1, T0_NS), service="svc"))
+    otlp = ok_json(api, f"/api/v3/traces/{tid(1).hex()}")["result"]  # OTLP/JSON, as a user would save it
+    status, doc = post(api, "/api/transform", json.dumps(otlp).encode())
+    assert status == 200 and doc["errors"] is None and doc["total"] == 1
+    assert doc["data"] == ok(api, f"/api/traces/{tid(1).hex()}")
+    assert post(api, "/api/transform", b"{not json")[0] == 400
+    status, doc = post(api, f"/api/archive/{tid(1).hex()}", b"")
+    assert status == 501 and "archive storage is not configured" in doc["errors"][0]["msg"]
+    assert post(api, "/api/nothing", b"")[0] == 404
+
+
+def post(api, path: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(f"{api.url}{path}", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
