@@ -15,6 +15,8 @@ Jaeger endpoints (every answer is the envelope ``{"data", "total", "limit", "off
   the System Architecture page.
 - ``GET /api/metrics/{latencies,calls,errors}``: the Monitor tab's series (`jaeger_metrics`), a
   MetricFamily, not the envelope.
+- ``GET /analytics/v1/dependencies?service=&operation=&start=&end=``: the Deep Dependency Graph's
+  paths through a service (`deep_dependencies`; its own JSON, not the envelope).
 - ``POST /api/transform`` (the UI's Upload): an OTLP/JSON body (ExportTraceServiceRequest) ->
   its traces in Jaeger's JSON, as the trace view reads them; ``POST /api/archive/{id}``: 501, no
   archive storage.
@@ -58,6 +60,7 @@ from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_llm.collector.extension.deep_dependencies import deep_dependencies
 from otel_llm.collector.extension.go_values import duration_ns, parse_bool
 from otel_llm.collector.extension.jaeger_api_v3 import v3_response
 from otel_llm.collector.extension.jaeger_metrics import METRICS, metric_family
@@ -195,6 +198,12 @@ class _Handler(EndpointHandler):
                 lookback_ms = _int(params, "lookback", _DEPENDENCY_LOOKBACK_MS)
                 links = store.dependencies((end_ms - lookback_ms) * 1000, end_ms * 1000, _param(params, "service"))
                 return _envelope([{"parent": p, "child": c, "callCount": n} for p, c, n in links])
+            case ["analytics", "v1", "dependencies"]:
+                try:
+                    return deep_dependencies(store, _param(params, "service"), _param(params, "operation"),
+                                             _int(params, "start", 0), _int(params, "end", 0))
+                except ValueError as exc:
+                    raise _HttpError(400, str(exc)) from None
             case ["api", "metrics", metric] if metric in METRICS:
                 try:
                     return metric_family(store, metric, params)

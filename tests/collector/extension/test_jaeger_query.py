@@ -427,3 +427,31 @@ def post(api, path: str, body: bytes) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def test_the_deep_dependency_graph_lists_the_paths_through_a_service(api, store):
+    """An app calls a gateway, which calls the llm server (and, in one trace, a second server): the
+    Deep Dependency Graph's paths through the gateway are the traces' chains of service entries."""
+    from tests.collector.tracestore.test_dependencies import gateway_call
+
+    def app_span(n):
+        return trace_pb2.Span(trace_id=tid(n), span_id=sid(n, 7), name="ask", kind=trace_pb2.Span.SPAN_KIND_CLIENT,
+                              start_time_unix_nano=T0_NS + n * 10**9 - 50_000, end_time_unix_nano=T0_NS + n * 10**9 + 2)
+    for n in range(1, 4):
+        client, tree = gateway_call(n, T0_NS + n * 10**9)
+        entry = trace_pb2.Span(trace_id=tid(n), span_id=sid(n, 8), parent_span_id=sid(n, 7), name="POST /chat",
+                               kind=trace_pb2.Span.SPAN_KIND_SERVER, start_time_unix_nano=T0_NS + n * 10**9 - 20_000,
+                               end_time_unix_nano=T0_NS + n * 10**9 + 1)
+        client.parent_span_id = sid(n, 8)  # the gateway's client span inside its server span
+        add(store, request([app_span(n)], service="app"))
+        add(store, request([entry, client], service="gateway"))
+        add(store, request(tree))
+    window = {"start": T0_NS // 1_000_000 - 60_000, "end": T0_NS // 1_000_000 + 60_000}
+    doc = ok_json(api, "/analytics/v1/dependencies", service="gateway", **window)
+    assert doc == {"dependencies": [{
+        "path": [{"service": "app", "operation": "ask"}, {"service": "gateway", "operation": "POST /chat"},
+                 {"service": "llm", "operation": "POST /v1/chat/completions"}],
+        "attributes": [{"key": "exemplar_trace_id", "value": tid(3).hex()}]}]}  # three traces, one path
+    assert ok_json(api, "/analytics/v1/dependencies", service="gateway", operation="GET /other",
+                   **window) == {"dependencies": []}
+    assert error(api, "/analytics/v1/dependencies", 400) == "parameter 'service' is required"
