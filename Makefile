@@ -43,9 +43,10 @@ serve: setup
 test: setup
 	$(PY) -m pytest -q
 
-# Only the plugin's release checks: every vLLM release's source, and the CPU builds 0.27.1-0.32.0 run.
+# Only the plugin's release checks: every vLLM release's source, and every CPU build 0.27.1-0.32.0 run
+# (`make test` runs the oldest and the newest; OTEL_LLM_VLLM_MATRIX=1 make test runs them all too).
 test-vllm-matrix: setup
-	$(PY) -m pytest -q tests/vllm/test_released_sources.py tests/vllm/test_vllm_releases.py
+	OTEL_LLM_VLLM_MATRIX=1 $(PY) -m pytest -q tests/vllm/test_released_sources.py tests/vllm/test_vllm_releases.py
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/telemetry_overhead.py

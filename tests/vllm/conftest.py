@@ -1,7 +1,8 @@
 """Builds the vLLM venvs in the background while the rest of the suite runs.
 
 When the session collected tests under tests/vllm, one daemon thread builds (or checks) the venv of
-every release the tests run, the default first, and the tiny model: by the time these tests start
+every release the tests will run (the default, the oldest, and with OTEL_LLM_VLLM_MATRIX=1 the
+ones in between), the default first, and the tiny model: by the time these tests start
 (they run last) the venvs are ready. A test that needs a venv the thread is still building waits on
 the build's file lock; a build that failed is reported by the first test that needs it.
 """
@@ -13,12 +14,14 @@ from pathlib import Path
 
 from otel_llm.vllm.compat import RUN_CHECKED
 from tests.vllm import harness
+from tests.vllm.test_vllm_releases import MATRIX
 
 HERE = Path(__file__).resolve().parent
 
 
 def _prebuild() -> None:
-    for version in (harness.DEFAULT_VERSION, *(v for v in RUN_CHECKED if v != harness.DEFAULT_VERSION)):
+    wanted = RUN_CHECKED if MATRIX else (RUN_CHECKED[0],)  # the oldest always; the rest with the matrix
+    for version in (harness.DEFAULT_VERSION, *(v for v in wanted if v != harness.DEFAULT_VERSION)):
         try:
             harness.ensure_vllm_venv(progress=lambda line: None, version=version)
             if version == harness.DEFAULT_VERSION:
