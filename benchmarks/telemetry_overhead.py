@@ -17,6 +17,10 @@ all in the same run (ratios are what matter on a shared, noisy machine):
 - per_request_us_staggered: the same request-level work when requests finish one per
   step (64 in flight; each step all output a token, one finishes, one arrives), that
   step's token work included: what a serving engine's steady closed loop costs.
+- goodput: the two request paths again with SLO objectives of every kind configured
+  (each finished request judged, `otel_llm.slo.requests`) and without, alternated, best of 3;
+  `added_us_per_request` is measured directly (time in `RequestTable.judge` per request judged,
+  plus the per-fold bookkeeping), as the difference is below this machine's noise.
 - exposition_ms: rendering a vLLM-scale payload (every family x 8 engines).
 - otlp_encode_us_per_span: OTLP/protobuf encoding of those span trees, otel_llm's
   direct encoder (what the server's exporter uses) vs the SDK's encoder.
@@ -41,7 +45,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_llm import FinishReason, RequestInfo, StepRecorder, Telemetry, TelemetryConfig
 from otel_llm.export.exposition import Renderer
 from otel_llm.export.span_encoding import encode_spans
+from otel_llm.frontend.request_table import RequestTable
 from otel_llm.shim.profiles import get_profile
+from otel_llm.slo.config import parse_slo_config
 
 from _baselines import NaiveOtel, PromClientVllm, prometheus_client_exposition
 
@@ -77,9 +83,9 @@ def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False) -> fl
     return (time.perf_counter_ns() - t0) / tokens
 
 
-def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, tuple]:
+def otel_llm_request_path(concurrency: int, rounds: int, slo=None) -> tuple[float, tuple]:
     tp, exporter = tracer_provider()
-    tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp))
+    tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp, slo=slo))
     rec = StepRecorder()
     gc.collect()
     t0 = time.perf_counter_ns()
@@ -108,13 +114,13 @@ def otel_llm_request_path(concurrency: int, rounds: int) -> tuple[float, tuple]:
     return elapsed / (rounds * concurrency) / 1000, spans
 
 
-def otel_llm_staggered_path(concurrency: int, requests: int) -> float:
+def otel_llm_staggered_path(concurrency: int, requests: int, slo=None) -> float:
     """A steady closed loop: every step all `concurrency` requests output a token, one of
     them finishes and a new one arrives (QUEUED and SCHEDULED), spans 100% sampled. Returns
     us per finished request, that step's token work included: the request-level cost when
     finishes come one per step, as in a serving engine, not in batches."""
     tp, _ = tracer_provider()
-    tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp))
+    tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp, slo=slo))
     rec = StepRecorder()
 
     def arrive(i: int) -> int:
@@ -177,6 +183,51 @@ def otel_llm_exposition(engines: int, reps: int) -> tuple[float, int]:
     return statistics.median(times), body.count(b"\n")
 
 
+# Goodput's cost: the request paths with every objective kind configured, against the same paths without.
+SLO = parse_slo_config({"objectives": [{"ttft": {"threshold": 0.5, "target": 0.99},
+                                        "tpot": {"threshold": 0.05, "target": 0.99},
+                                        "e2e": {"threshold": 10, "target": 0.99}, "errors": {"target": 0.999}}]})
+
+
+def goodput_cost_us(concurrency: int, rounds: int, runs: int) -> dict:
+    """What judging goodput adds per finished request. The request paths with and without objectives
+    (best of `runs` alternated runs each way) differ by less than this machine's noise, so the cost is
+    also measured directly: the CPU time inside `RequestTable.judge` over the requests it judged in those
+    runs, plus the per-fold bookkeeping (one tuple appended and a count; a microbenchmark)."""
+    batched = {None: [], SLO: []}
+    staggered = {None: [], SLO: []}
+    judged, original = {"ns": 0, "requests": 0}, RequestTable.judge
+
+    def timed_judge(table):
+        n = table._num_unjudged
+        t0 = time.thread_time_ns()  # this thread's CPU time: not the span exporter's turns on the GIL
+        original(table)
+        judged["ns"] += time.thread_time_ns() - t0
+        judged["requests"] += n
+
+    RequestTable.judge = timed_judge
+    try:
+        for _ in range(runs):
+            for slo in (None, SLO):
+                batched[slo].append(otel_llm_request_path(concurrency, rounds, slo)[0])
+                staggered[slo].append(otel_llm_staggered_path(64, rounds * 250, slo))
+    finally:
+        RequestTable.judge = original
+    ints, op, pending, count = np.zeros((18, 1), np.int64), np.zeros(1, np.int64), [], 0
+    t0 = time.perf_counter_ns()
+    for _ in range(100_000):
+        pending.append((ints, op, None))
+        count += 1
+        if count >= 256:
+            pending, count = [], 0
+    bookkeeping_us = (time.perf_counter_ns() - t0) / 100_000 / 1000
+    direct = judged["ns"] / max(judged["requests"], 1) / 1000 + bookkeeping_us
+    return {"added_us_per_request": round(direct, 3), "judged_requests": judged["requests"],
+            "per_request_us": round(min(batched[SLO]), 2), "per_request_us_without": round(min(batched[None]), 2),
+            "per_request_us_staggered": round(min(staggered[SLO]), 2),
+            "per_request_us_staggered_without": round(min(staggered[None]), 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller run, finishes in well under 30 s")
@@ -191,6 +242,7 @@ def main() -> None:
     ours_req, spans = min((otel_llm_request_path(c, rounds) for _ in range(2)), key=lambda x: x[0])
     ours_staggered = min(otel_llm_staggered_path(64, rounds * 250) for _ in range(2))
     ours_expo, lines = otel_llm_exposition(8, reps)
+    goodput = goodput_cost_us(c, rounds, 3)
     encode_ours, encode_sdk = otlp_encode_us_per_span(spans[:2048], max(reps // 5, 3))
 
     prom = PromClientVllm(c)
@@ -209,6 +261,7 @@ def main() -> None:
         "per_request_us": round(ours_req, 2),
         "per_request_us_staggered": round(ours_staggered, 2),
         "exposition_ms": round(ours_expo, 3),
+        "goodput": goodput,
         "exposition_lines": lines,
         "spans_exported": len(spans),
         "otlp_encode_us_per_span": {"otel_llm": round(encode_ours, 2), "sdk": round(encode_sdk, 2),
@@ -230,6 +283,7 @@ def main() -> None:
             "per_request_us<=60": ours_req <= 60,
             "per_request>=3x_naive_otel": naive_req / ours_req >= 3,
             "exposition_ms<=5": ours_expo <= 5,
+            "goodput_added_us_per_request<=1": goodput["added_us_per_request"] <= 1,
         },
     }
     print(json.dumps(out, indent=2))

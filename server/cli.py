@@ -24,6 +24,7 @@ from otel_llm.server.model.specs import BUILTIN_MODELS
 from otel_llm.server.pipeline.pipeline_config import PipelineServerConfig
 from otel_llm.server.pipeline.synth_config import BACKENDS
 from otel_llm.shim.custom_buckets import parse_specs
+from otel_llm.slo.config import load_slo_config
 
 logger = logging.getLogger("otel_llm.server")
 
@@ -109,6 +110,10 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "_idle_before_evict_seconds, _reuse_gap_seconds) over a sample of the blocks")
     serve.add_argument("--kv-cache-metrics-sample", type=positive_float, default=0.01, metavar="RATE",
                        help="with --kv-cache-metrics: the fraction of KV blocks sampled, in (0, 1] (default 0.01)")
+    serve.add_argument("--slo-config", default=None, metavar="FILE",
+                       help="SLO objectives (YAML; see docs/slo.md): each finished request is judged against "
+                            "them and counted in otel_llm_slo_requests_total{missed} (goodput); the same file "
+                            "makes the rules and dashboards (otel-llm slo rules|dashboard)")
     serve.add_argument("--null-step-ms", type=positive_float, default=None, metavar="MS",
                        help="with --model null: every engine step takes at least MS milliseconds, as a GPU's "
                             "forward pass would, to measure the frontend at that step rate (default: no pause)")
@@ -218,6 +223,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
         api_key=args.api_key if args.api_key is not None else environ.get("OTEL_LLM_API_KEY") or None,
         tls=tls_config(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file),
+        slo=None if args.slo_config is None else load_slo_config(args.slo_config),
     )
 
 

@@ -19,6 +19,7 @@ from otel_llm.server.engine.config import EngineConfig
 from otel_llm.server.model.specs import BUILTIN_MODELS
 from otel_llm.shim.profiles import PROFILE_NAMES, resolve_custom_buckets
 from otel_llm.shim.vllm import hidden_version
+from otel_llm.slo.config import SloConfig
 
 METRICS_COMPAT = PROFILE_NAMES
 
@@ -57,6 +58,7 @@ class ServerConfig:
     body_timeout_s: float = 60.0  # a request's whole body, from the end of its headers
     api_key: str | None = field(default=None, repr=False)  # /v1/* need `Authorization: Bearer <key>`; never logged
     tls: TlsConfig | None = None  # HTTPS (and mTLS with a client CA) instead of HTTP
+    slo: SloConfig | None = None  # --slo-config: objectives each finished request is judged against (goodput)
 
     def __post_init__(self) -> None:
         if self.served_model_name is not None and not self.served_model_name.strip():

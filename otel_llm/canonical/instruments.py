@@ -39,6 +39,11 @@ DEFAULT_MODEL_VERSION = "1"  # the model version a server reports unless told (T
 # Per-request dimensions and their vocabularies (index = the value stored per request).
 OPERATIONS = ("chat", "text_completion", "generate_content", "_OTHER")
 STREAM = ("false", "true")  # whether the response was streamed (SGLang's `is_streaming`)
+# The request-level SLO objectives goodput judges (otel_llm.slo.goodput), and the bounded vocabulary of
+# what a request missed: index = bit mask over GOODPUT_KINDS, "none" = met every objective.
+GOODPUT_KINDS = ("ttft", "tpot", "e2e", "errors")
+SLO_MISSED = tuple("+".join(k for b, k in enumerate(GOODPUT_KINDS) if m >> b & 1) or "none"
+                   for m in range(1 << len(GOODPUT_KINDS)))
 DIMENSIONS = {
     "gen_ai.operation.name": OPERATIONS,
     "otel_llm.stream": STREAM,
@@ -47,11 +52,13 @@ DIMENSIONS = {
     "otel_llm.prompt_source": ("local_compute", "local_cache_hit", "external_kv_transfer"),  # vLLM's, summing to the prompt
     "otel_llm.spec_decode.position": tuple(str(i) for i in range(MAX_SPEC_POSITIONS)),  # draft positions
     "otel_llm.rejection_reason": ("max_num_queued_reqs", "max_num_queued_tokens"),  # vLLM's admission limits
+    "otel_llm.slo.missed": SLO_MISSED,
 }
 
 
 SPEC_DECODE = "otel_llm.spec_decode."  # the speculative-decoding instruments' prefix: shown only where it is in use
 KV_BLOCK = "otel_llm.kv_block."  # the KV residency histograms' prefix: shown only with --kv-cache-metrics
+SLO = "otel_llm.slo."  # goodput's prefix: shown only with an SLO configuration
 
 
 def request_series(operation: int, stream: bool) -> int:
@@ -168,6 +175,7 @@ def instrument_table(max_model_len: int) -> dict[str, Instrument]:
         Instrument("otel_llm.lora.info", G, "s", "Running stats on lora requests: per combination of waiting and running adapters, the unix time it was last seen (vLLM's vllm:lora_requests_info; no OTLP export)."),
         Instrument("otel_llm.lora.requests", C, "{request}", "Requests that arrived naming a LoRA adapter, by adapter (attribute otel_llm.lora.adapter)."),
         Instrument("otel_llm.telemetry.dropped", C, "{record}", "Telemetry records dropped as invalid (unknown request, out of order, bad value)."),
+        Instrument("otel_llm.slo.requests", C, "{request}", "Finished requests judged against their SLO objectives, by the objectives they missed (none: met every one; their rate is the goodput).", dims=op + ("otel_llm.slo.missed",)),
         Instrument("otel_llm.admission.rejections", C, "{request}", "Number of admission attempts rejected by a queue limit, by reason.", dims=("otel_llm.rejection_reason",)),
     ]
     return {i.name: i for i in table}

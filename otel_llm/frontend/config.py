@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from os import PathLike
 from typing import Any
 
 from otel_llm.canonical.cardinality import DEFAULT_CARDINALITY_LIMIT, check_limit
@@ -14,6 +15,7 @@ from otel_llm.shim.custom_buckets import validate
 from otel_llm.shim.profile import Profile
 from otel_llm.shim.profiles import PROFILE_NAMES, get_profile, resolve_custom_buckets
 from otel_llm.shim.vllm import hidden_version
+from otel_llm.slo.config import SloConfig, load_slo_config
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class TelemetryConfig:
     # vLLM-Omni: (stage, replica) of this engine in a multi-stage pipeline; its vllm:* families then carry
     # `stage` and `replica` instead of `engine` (`Profile.stage_replica`; see otel_llm/pipeline/telemetry.py)
     stage_replica: tuple[str, str] | None = None
+    # SLO objectives (`otel_llm.slo.config`): an SloConfig, or the path of its YAML file (read and validated
+    # here); goodput (`otel_llm.slo.requests`) is counted and exported only with one
+    slo: Any = None
 
     def __post_init__(self):
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -79,6 +84,10 @@ class TelemetryConfig:
         if sr is not None and not (isinstance(sr, tuple) and len(sr) == 2 and all(isinstance(v, str) and v for v in sr)):
             raise ValueError(f"stage_replica must be None or a (stage, replica) pair of non-empty strings, got {sr!r}")
         self.histogram_buckets  # noqa: B018 (validates)
+        if self.slo is not None and not isinstance(self.slo, SloConfig):
+            if not isinstance(self.slo, (str, PathLike)):
+                raise ValueError(f"slo must be None, an SloConfig or the path of an SLO file, got {self.slo!r}")
+            object.__setattr__(self, "slo", load_slo_config(self.slo))
 
     @cached_property
     def histogram_buckets(self) -> dict[str, tuple[float, ...]]:
@@ -91,4 +100,4 @@ class TelemetryConfig:
         its base labels are (model, stage, replica) instead of (model, engine) (vLLM-Omni's reshape)."""
         return get_profile(name or self.metrics_compat, self.max_model_len, self.histogram_buckets,
                            self.show_hidden_metrics_for_version, self.num_speculative_tokens, self.kv_cache_metrics,
-                           self.stage_replica is not None)
+                           self.stage_replica is not None, self.slo is not None)

@@ -39,6 +39,9 @@ computed tokens (hits are clamped to the prompt; a negative one reads 0); the
 split is counted by source at the request's first token, with its prompt tokens,
 and its computed part observed at finish (`prefill_kv_computed_tokens`).
 
+With SLO objectives (`goodput`), folded finished requests are judged against them in batches of
+`_JUDGE_BATCH` (and before every read, `judge`): a few numpy operations per batch.
+
 Thread-safety: single writer; the owner holds its lock around every call.
 
 Size: one noun, the columnar table: its column arrays and the vectorised step update share one owner
@@ -62,6 +65,7 @@ from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import HEADER_SIZE as _HEADER_SIZE
 from otel_llm.engine.step import EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord
 from otel_llm.frontend.request import RequestInfo
+from otel_llm.slo.goodput import GOODPUT
 
 _NUM_REASONS = len(FinishReason)
 # Plain ints: comparing a numpy array with an IntEnum member costs ~5x more than with an int.
@@ -73,15 +77,17 @@ MAX_RESPONSE_INDEX = 8192  # Triton response_stats keys kept per model
 # Generated tokens = chunks (outputs seen) + extra_gen (tokens beyond 1 per output).
 # num_cached / num_external: the first scheduling's local prefix-cache and KV-connector hits (tokens).
 # fin_*: a finished request's frontend receive ns, reason and max sequence tokens, until it is folded.
+# op: its (operation, stream) series (`instruments.request_series`).
 _INT_FIELDS = ("arrival", "queued", "sched", "first", "last", "first_recv", "num_prompt", "extra_gen",
                "num_cached", "num_external", "max_tokens", "n", "npre", "chunks", "mat_seq",
-               "fin_recv", "fin_reason", "fin_max_seq")
+               "fin_recv", "fin_reason", "fin_max_seq", "op")
 _EVENT_ROW = np.full(256, -1, np.int64)  # uint8 event kind -> its column's row in `_ints` (-1: none)
 _EVENT_ROW[_QUEUED], _EVENT_ROW[_SCHEDULED] = _INT_FIELDS.index("queued"), _INT_FIELDS.index("sched")
 # Rows of (prompt, local hits, external hits), as one [3, 1] index: `_ints[_SPLIT_ROWS, slots]` gathers them at once.
 _SPLIT_ROWS = np.array([[_INT_FIELDS.index(f)] for f in ("num_prompt", "num_cached", "num_external")])
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
 _PENDING_EVENTS = 4096  # lifecycle events kept before they are applied (and applied at every fold)
+_JUDGE_BATCH = 1024  # finished requests judged against their SLO objectives at once (and before every read)
 FOLD_BATCH = 32  # first tokens, and finished requests, folded into the aggregates at once (and before every read)
 
 
@@ -135,7 +141,6 @@ class RequestTable:
         self.cap = 0
         self.handle = np.zeros(0, np.int64)  # live handle per slot, 0 = free
         self._next_gen = np.zeros(0, np.int64)
-        self.op = np.zeros(0, np.int64)
         self.in_run = np.zeros(0, bool)
         self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
         self._ints = np.zeros((len(_INT_FIELDS), 0), np.int64)
@@ -149,6 +154,9 @@ class RequestTable:
         self._pending_events: list[tuple] = []  # (slots, kind, ts, value, external) per step, not applied yet
         self._num_events = 0
         self.num_active = 0
+        self.goodput = None  # an `otel_llm.slo.goodput.Goodput` (ns): judges every folded finished request
+        self._unjudged: list[tuple[np.ndarray, list | None]] = []  # (ints, adapters) per fold
+        self._num_unjudged = 0
         self.live_hits = 0  # live requests with prefix-cache or KV-connector hits (none: their work is skipped)
         self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
         self._grow(capacity)
@@ -159,7 +167,7 @@ class RequestTable:
             out[: len(a)] = a
             return out
 
-        for f in ("handle", "_next_gen", "op", "trace", "in_run"):
+        for f in ("handle", "_next_gen", "trace", "in_run"):
             setattr(self, f, widen(getattr(self, f)))
         ints = np.zeros((len(_INT_FIELDS), new_cap), np.int64)
         ints[:, : self.cap] = self._ints
@@ -532,8 +540,10 @@ class RequestTable:
         s = np.array(self._retired, np.int64)
         self._retired = []
         m, h = self.metrics, self.metrics.histograms
-        op, trace = self.op[s], self.trace[s]
-        col = dict(zip(_INT_FIELDS, self._ints[:, s]))  # one gather; copies, safe after release
+        trace = self.trace[s]
+        ints = self._ints[:, s]  # one gather; copies, safe after release
+        col = dict(zip(_INT_FIELDS, ints))
+        op = col["op"]
         q, sc, f, last, arrival = col["queued"], col["sched"], col["first"], col["last"], col["arrival"]
         num_gen, num_prompt = col["chunks"] + col["extra_gen"], col["num_prompt"]
         reasons, max_seq, now_ns = col["fin_reason"].astype(np.uint8), col["fin_max_seq"], col["fin_recv"]
@@ -574,6 +584,11 @@ class RequestTable:
             tpot = np.where(g > 1, (lv - fv) / np.maximum(g - 1, 1), 0.0)
             h["gen_ai.server.time_per_output_token"].record(tpot, v_op, v_tr)
         slots = s.tolist()
+        if self.goodput is not None:  # judged in batches (a tracer folds one request at a time)
+            self._unjudged.append((ints, [self.infos[i].lora_name for i in slots] if self.goodput.adapters else None))
+            self._num_unjudged += len(slots)
+            if self._num_unjudged >= _JUDGE_BATCH:
+                self.judge()
         batch = FinishedBatch(
             [self.infos[i] for i in slots], reasons, arrival, now_ns, q, sc, f, last, col["first_recv"],
             num_prompt, num_gen, cached, col["npre"], valid, trace,
@@ -581,6 +596,25 @@ class RequestTable:
         )
         self._release(s, slots)
         return batch
+
+    def judge(self) -> None:
+        """Goodput: the finished requests folded since the last call against their SLO objectives (TTFT
+        and e2e on the frontend's clock, TPOT as its histogram has it; NaN where a request has none).
+        Called every `_JUDGE_BATCH` requests and by the owner before it reads the aggregates."""
+        if not self._unjudged:
+            return
+        batches, self._unjudged, self._num_unjudged = self._unjudged, [], 0
+        ints = np.concatenate([b[0] for b in batches], axis=1) if len(batches) > 1 else batches[0][0]
+        adapters = [a for b in batches for a in b[1]] if self.goodput.adapters else None
+        col = dict(zip(_INT_FIELDS, ints))
+        q, sc, f, last, arrival, first_recv = (col[k] for k in ("queued", "sched", "first", "last", "arrival",
+                                                                "first_recv"))
+        gen = col["chunks"] + col["extra_gen"]
+        timed = (f > 0) & (q > 0) & (sc >= q) & (f >= sc) & (last >= f) & (gen > 1)  # as fold's `valid`
+        tpot = np.where(timed, (last - f) / np.maximum(gen - 1, 1), np.nan)
+        ttft = np.where(first_recv > 0, first_recv - arrival, np.nan)
+        self.goodput.count(self.metrics.counters[GOODPUT], col["op"], ttft, tpot, (col["fin_recv"] - arrival).astype(np.float64),
+                           col["fin_reason"], adapters)
 
     def _release(self, s: np.ndarray, slots: list[int]) -> None:
         self._ints[:, s] = 0

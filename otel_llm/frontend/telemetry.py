@@ -31,6 +31,7 @@ from otel_llm.frontend.request_table import FOLD_BATCH, RequestTable, operation_
 from otel_llm.frontend.triton_stats import TritonStats
 from otel_llm.shim.profiles import aggregation_table
 from otel_llm.shim.vllm import HIDDEN_VLLM, hidden_version
+from otel_llm.slo.goodput import Goodput
 
 logger = logging.getLogger("otel_llm")
 
@@ -69,6 +70,11 @@ class Telemetry:
             if provider is not None else None
         # First tokens and finishes are folded in batches (and before every read), or one by one with spans.
         self.table = RequestTable(self.metrics, fold_batch=1 if self.tracer is not None else FOLD_BATCH)
+        if config.slo is not None:
+            self.table.goodput = Goodput(config.slo, config.model_name)
+            if not self.table.goodput.any:
+                logger.warning("the SLO configuration has no objectives for model %r: its requests are not judged "
+                               "(otel_llm_slo_requests stays 0)", config.model_name)
         self._renderers: dict[str, Renderer] = {}
         self._stat_logger = None
         if config.log_stats:
@@ -201,6 +207,7 @@ class Telemetry:
             self.triton.on_finished(finished)
             if self.tracer is not None:  # (a tracer folds at every finish: nothing is pending then)
                 self.tracer.emit(finished, self._engine_anchor)
+        self.table.judge()
 
     def snapshot(self) -> MetricsSnapshot:
         with self._lock:

@@ -25,6 +25,8 @@ def otel_profile(table: dict[str, I.Instrument], custom: dict[str, tuple[float, 
             continue  # no speculative decoding configured (as the `vllm` profile, and OTLP while they are 0)
         if inst.name.startswith(I.KV_BLOCK) and not kv_cache_metrics:
             continue  # --kv-cache-metrics off (as the `vllm` profile and OTLP)
+        if inst.name.startswith(I.SLO):
+            continue  # goodput: only with SLO objectives (`profiles.goodput_family`)
         labels: LabelMap = {d: (d.replace(".", "_"), same) for d in inst.dims}
         if inst.name == "gen_ai.server.request.duration":
             labels.update(error_type)

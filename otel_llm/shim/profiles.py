@@ -19,25 +19,30 @@ from dataclasses import replace
 
 from otel_llm.canonical import instruments as I
 from otel_llm.shim import custom_buckets
-from otel_llm.shim.otel import otel_profile
-from otel_llm.shim.profile import Profile
+from otel_llm.shim.otel import otel_profile, prometheus_name
+from otel_llm.shim.profile import Profile, ProfileFamily, same
 from otel_llm.shim.sglang import sglang_profile
 from otel_llm.shim.tgi import tgi_profile
 from otel_llm.shim.triton import triton_profile
 from otel_llm.shim.vllm import HIDDEN_VLLM, vllm_profile
+from otel_llm.slo.goodput import GOODPUT
 
 PROFILE_NAMES = ("vllm", "otel", "sglang", "tgi", "triton")
 
 
 def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[float, ...]] | None = None,
                 hidden: str | None = None, num_speculative_tokens: int = 0, kv_cache_metrics: bool = False,
-                stage_replica: bool = False) -> Profile:
+                stage_replica: bool = False, goodput: bool = False) -> Profile:
     """A profile's table. `custom`: canonical histogram -> the operator's buckets (`vllm` and `otel`
     only: the other profiles copy servers with their own bucket flags); `hidden`: the
     `--show-hidden-metrics-for-version` value (`vllm` only); `num_speculative_tokens`: 0 leaves
     the spec-decode families out (`vllm`, `otel`); `kv_cache_metrics`: vLLM's `--kv-cache-metrics`
     residency histograms (`vllm`, `otel`); `stage_replica`: vLLM-Omni's reshape of the engine
-    label into `stage` + `replica` (`vllm`, `otel`: the profiles whose base labels are model, engine)."""
+    label into `stage` + `replica` (`vllm`, `otel`: the profiles whose base labels are model, engine);
+    `goodput`: with SLO objectives, `otel_llm_slo_requests` (every profile; no server has a name for it)."""
+    if goodput:
+        p = get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics, stage_replica)
+        return replace(p, families=(*p.families, goodput_family(p.name)))
     if stage_replica:
         return replace(get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics),
                        stage_replica=True)
@@ -53,6 +58,15 @@ def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[fl
     if name == "triton":
         return triton_profile(max_model_len)
     raise ValueError(f"unknown metrics profile {name!r}; expected one of {PROFILE_NAMES}")
+
+
+def goodput_family(profile_name: str) -> ProfileFamily:
+    """`otel_llm.slo.requests` in a profile: the `otel` profile's attributes as labels, elsewhere the
+    profile's base labels and `missed`."""
+    inst = I.instrument_table(8192)[GOODPUT]
+    if profile_name == "otel":
+        return ProfileFamily(GOODPUT, prometheus_name(inst), {d: (d.replace(".", "_"), same) for d in inst.dims})
+    return ProfileFamily(GOODPUT, prometheus_name(inst), {"otel_llm.slo.missed": ("missed", same)})
 
 
 def resolve_custom_buckets(overrides: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:

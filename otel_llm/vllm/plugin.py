@@ -18,6 +18,10 @@ value stops vLLM at start-up with a message naming the variable:
   `OTEL_METRIC_EXPORT_INTERVAL` (ms, default 60000),
   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` (cumulative, delta,
   lowmemory), `OTEL_SERVICE_NAME` (default `vllm`), `OTEL_RESOURCE_ATTRIBUTES`.
+- `OTEL_LLM_SLO_CONFIG`: an SLO file (`otel_llm.slo.config`); each finished
+  request is judged against its objectives and counted in
+  `otel_llm.slo.requests` (pushed; in `replace` mode also served as
+  `otel_llm_slo_requests_total{model_name, engine, missed}`).
 
 Every point carries the model name and engine index; the resource carries a
 `service.instance.id` unique to the process and `vllm.api_server.rank`. With
@@ -44,13 +48,14 @@ from operator import attrgetter
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, PrometheusStatLogger
 
-from otel_llm.canonical.instruments import Kind
+from otel_llm.canonical.instruments import SLO_MISSED, Kind, instrument_table
 from otel_llm.export.exposition import series_groups
 from otel_llm.export.metric_producer import TEMPORALITIES, attach_reader
 from otel_llm.export.otlp_endpoint import otlp_destination
 from otel_llm.export.otlp_metrics import export_interval_s
 from otel_llm.export.prom_families import FamilySet, shim_classes
-from otel_llm.shim.profiles import get_profile
+from otel_llm.shim.profiles import get_profile, goodput_family
+from otel_llm.slo.config import SloConfig, SloConfigError, load_slo_config
 from otel_llm.vllm.compat import (ALIASES, STEP_TOKENS_COMPUTED_FROM, helper_classes, parse_version, serving_note,
                                   vllm_filled, vllm_version)
 from otel_llm.vllm.stats import VllmStatsAggregator
@@ -58,6 +63,7 @@ from otel_llm.vllm.stats import VllmStatsAggregator
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
 MODE_VAR = "OTEL_LLM_VLLM_METRICS"
+SLO_VAR = "OTEL_LLM_SLO_CONFIG"
 MODES = ("add", "replace")
 _SHUTDOWN_S = 3.0  # the most vLLM's exit waits for a last OTLP export
 
@@ -81,11 +87,22 @@ def _env_positive_number(var: str) -> None:
         raise ValueError(f"otel-llm: {var}={raw!r} must be a positive number of milliseconds")
 
 
+def _env_slo() -> SloConfig | None:
+    path = os.environ.get(SLO_VAR, "").strip()
+    if not path:
+        return None
+    try:
+        return load_slo_config(path)
+    except SloConfigError as exc:
+        raise ValueError(f"otel-llm: {SLO_VAR}: {exc}") from None
+
+
 class _OtelSide:
     """What both modes share: the aggregator and the OTLP push of one API-server process."""
 
-    def __init__(self, vllm_config, engine_indexes, extra_buckets=None, vllm_families=False):
-        """`vllm_families`: also aggregate what only vLLM's own families show (we serve them)."""
+    def __init__(self, vllm_config, engine_indexes, extra_buckets=None, vllm_families=False, slo=None):
+        """`vllm_families`: also aggregate what only vLLM's own families show (we serve them);
+        `slo`: the SLO objectives (`OTEL_LLM_SLO_CONFIG`), read by the caller."""
         self.mode = _env_choice(MODE_VAR, MODES, "add")
         exporter = _env_choice("OTEL_METRICS_EXPORTER", ("otlp", "none"), "otlp")
         temporality = _env_choice("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", TEMPORALITIES, "cumulative")
@@ -102,7 +119,8 @@ class _OtelSide:
                                        vllm_families=vllm_families,
                                        kv_cache_metrics=bool(getattr(getattr(vllm_config, "observability_config",
                                                                              None), "kv_cache_metrics", False)),
-                                       step_tokens_computed=parse_version(vllm_version()) >= STEP_TOKENS_COMPUTED_FROM)
+                                       step_tokens_computed=parse_version(vllm_version()) >= STEP_TOKENS_COMPUTED_FROM,
+                                       slo=slo)
         self.reader = None
         if exporter == "otlp":
             self._start_push(temporality)
@@ -143,7 +161,7 @@ class OtelLLMStatLogger(AggregateStatLoggerBase):
 
     def __init__(self, vllm_config, engine_indexes=None):
         _note_version()
-        self._otel = _OtelSide(vllm_config, engine_indexes)
+        self._otel = _OtelSide(vllm_config, engine_indexes, slo=_env_slo())
         self.record = self._otel.agg.record  # the event-loop path: one deque append per step
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
@@ -169,6 +187,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
 
     def __init__(self, vllm_config, engine_indexes=None):
         _note_version()
+        slo = _env_slo()
         self.families = FamilySet()
         self.multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ  # --api-server-count > 1
         self.serving, self.vllm_records = not self.multiprocess, False
@@ -185,7 +204,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
         if not self.serving:
             super().__init__(vllm_config, engine_indexes)
         buckets = self._custom_buckets() if self.serving else {}
-        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets, vllm_families=self.serving)
+        self._otel = _OtelSide(vllm_config, self.engine_indexes, buckets, vllm_families=self.serving, slo=slo)
         if self.multiprocess:
             logger.warning("otel-llm: %s=replace needs one API server; with several, vLLM's multiprocess "
                            "Prometheus path is kept and otel-llm pushes OTLP alongside", MODE_VAR)
@@ -193,6 +212,8 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             return
         self._optional_stats = _optional_stats_getter()
         self._otel.agg.on_steps = self._vllm_steps
+        if slo is not None:
+            self._declare_goodput(str(vllm_config.model_config.served_model_name))
         self._install_sources()
         install_fast_metrics(self)
         self.record = self._otel.agg.record
@@ -203,6 +224,15 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             setattr(self, attr, shim)
         for attr, cls in helper_classes(PrometheusStatLogger).items():  # spec decode, KV/EC connectors, MFU
             setattr(self, attr, type(cls.__name__, (cls,), {a: s for a, s in shims.items() if hasattr(cls, a)}))
+
+    def _declare_goodput(self, model: str) -> None:
+        """`otel_llm_slo_requests_total` beside vLLM's families, its children pre-created as vLLM's are."""
+        fam = goodput_family("vllm")
+        counter = self._counter_cls(name=fam.name, documentation=instrument_table(8)[fam.canonical].description,
+                                    labelnames=["model_name", "engine", "missed"])
+        for idx in self.engine_indexes:
+            for missed in SLO_MISSED:
+                counter.labels(model, str(idx), missed)
 
     # -- vLLM's interface ---------------------------------------------------------------------
 
@@ -248,7 +278,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
     def _install_sources(self) -> None:
         """Each declared family's values from the aggregation; those it has none for, from vLLM's code."""
         agg, fams = self._otel.agg, self.families.families
-        for pfam in get_profile("vllm").families:
+        for pfam in get_profile("vllm", goodput=agg.slo is not None).families:
             fam = fams.get(pfam.name)
             inst = agg.table.get(pfam.canonical)
             if fam is None or inst is None or pfam.canonical == "otel_llm.cache_config.info":

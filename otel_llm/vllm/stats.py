@@ -43,6 +43,8 @@ from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
 from otel_llm.canonical.step_stats import add_prefix_cache, add_spec_decoding, fold_kv_evictions, set_scheduler
 from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.config import TelemetryConfig
+from otel_llm.slo.config import SloConfig
+from otel_llm.slo.goodput import GOODPUT, Goodput
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
@@ -94,6 +96,7 @@ class EngineStats:
         self.table_spec = table
         self.metrics = MetricsState(table, seconds_in_ns=False)
         self.extras = Extras()
+        self.goodput: Goodput | None = None
         self.start_time_ns = time.time_ns()
         self._lock = lock
         self._flush = flush
@@ -114,7 +117,7 @@ class VllmStatsAggregator:
     def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
                  extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
                  scheduler_gauges: bool = True, vllm_families: bool = True, kv_cache_metrics: bool = False,
-                 step_tokens_computed: bool = True) -> None:
+                 step_tokens_computed: bool = True, slo: SloConfig | None = None) -> None:
         """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
         so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
         KV-usage gauges unset (another process exports them). `vllm_families=False`: keep only the
@@ -122,7 +125,8 @@ class VllmStatsAggregator:
         vLLM's logger serves those). `on_steps(engine_idx, steps)`, if set, also sees every folded step
         (under the lock). `kv_cache_metrics`: vLLM's `--kv-cache-metrics` is on (its residency
         histograms are exported). `step_tokens_computed`: a step's tokens count the prompt tokens it
-        computed (vLLM 0.23 on), else every prompt token it scheduled (before)."""
+        computed (vLLM 0.23 on), else every prompt token it scheduled (before). `slo`: objectives each
+        finished request is judged against (goodput, `otel_llm.slo.requests`)."""
         table = instrument_table(max_model_len)
         for name, bounds in (extra_buckets or {}).items():
             inst = table[name]
@@ -134,6 +138,8 @@ class VllmStatsAggregator:
         self.scheduler_gauges, self.vllm_families = scheduler_gauges, vllm_families
         self.kv_cache_metrics, self.step_tokens_computed = kv_cache_metrics, step_tokens_computed
         self.on_steps = None
+        self.slo = slo
+        self.goodput = None if slo is None else Goodput(slo, model_name, scale=1.0)  # vLLM's stats are in seconds
         self._pending: collections.deque = collections.deque()
         self.flush_every = flush_every
         self.engines: dict[int, EngineStats] = {}
@@ -150,8 +156,9 @@ class VllmStatsAggregator:
         if e is None:
             config = TelemetryConfig(self._model, engine=str(idx), max_model_len=self._max_len, log_stats=False,
                                      tracing=False, provider_name=self._provider,
-                                     kv_cache_metrics=self.kv_cache_metrics)
+                                     kv_cache_metrics=self.kv_cache_metrics, slo=self.slo)
             e = self.engines[idx] = EngineStats(config, self.table, self._lock, self.flush)
+            e.goodput = self.goodput
         return e
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
@@ -340,7 +347,21 @@ def _finished(e: EngineStats, fins: list) -> None:
     if "num_cached_tokens" not in missing:
         prompt, cached = a[_COLUMN["num_prompt_tokens"]], a[_COLUMN["num_cached_tokens"]]
         h["otel_llm.request.prefill_kv_computed_tokens"].fold(prompt - np.maximum(cached, 0), OP_OTHER)
+    if e.goodput is not None:
+        _judge(e, a, reason, missing)
     max_tokens = a[_COLUMN["max_tokens_param"]]
     set_mt = (max_tokens > 0) | (max_tokens < 0)  # vLLM observes it only when set (not None, not 0)
     if set_mt.any():
         h["otel_llm.request.params.max_tokens"].fold(max_tokens[set_mt], OP_OTHER)
+
+
+def _judge(e: EngineStats, a: np.ndarray, reason: np.ndarray, missing: frozenset) -> None:
+    """Goodput from FinishedRequestStats: e2e as vLLM's histogram has it; TTFT, which it does not carry
+    per request, as e2e minus the decode time (the frontend's TTFT, short of the difference between
+    its handling of the first and the last output); TPOT as vLLM's mean, for two or more tokens."""
+    nan = np.full(a.shape[1], np.nan)
+    e2e, decode, gen = a[_COLUMN["e2e_latency"]], a[_COLUMN["decode_time"]], a[_COLUMN["num_generation_tokens"]]
+    ttft = nan if "decode_time" in missing else np.where(gen > 0, e2e - decode, np.nan)
+    tpot = nan if "mean_time_per_output_token" in missing else \
+        np.where(gen > 1, a[_COLUMN["mean_time_per_output_token"]], np.nan)
+    e.goodput.count(e.metrics.counters[GOODPUT], np.full(a.shape[1], OP_OTHER), ttft, tpot, e2e, reason)

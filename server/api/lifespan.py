@@ -80,6 +80,7 @@ def telemetry_config(config: ServerConfig, model_name: str, max_model_len: int, 
         tracer_provider=tracer_provider,
         kv_device=_kv_device(config.engine.device),
         stage_replica=None if pipeline is None else STAGE_REPLICA,
+        slo=config.slo,
     )
 
 

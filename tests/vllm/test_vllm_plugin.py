@@ -24,6 +24,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from otel_llm.canonical.instruments import SLO_MISSED
 from tests.harness.ports import free_port
 from tests.harness.prometheus import PrometheusServer, promtool_check_metrics
 from tests.vllm.harness import VllmServer, ensure_tiny_model, ensure_vllm_venv
@@ -238,10 +239,13 @@ class HangingEndpoint:
 
 
 @pytest.fixture(scope="module")
-def replace_run(model_dir, add_run, restart_watch):
+def replace_run(model_dir, add_run, restart_watch, tmp_path_factory):
     hang = HangingEndpoint()
+    slo = tmp_path_factory.mktemp("slo") / "slo.yaml"  # goodput: a TTFT no request meets, an e2e all do
+    slo.write_text(f"objectives:\n  - model: {MODEL}\n    ttft: {{threshold: 0.0001, target: 0.99}}\n"
+                   "    e2e: {threshold: 60, target: 0.99}\n    errors: {target: 0.999}\n")
     env = {"OTEL_LLM_VLLM_METRICS": "replace", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hang.port}",
-           "OTEL_METRIC_EXPORT_INTERVAL": "500", "VLLM_PLUGINS": None}
+           "OTEL_METRIC_EXPORT_INTERVAL": "500", "VLLM_PLUGINS": None, "OTEL_LLM_SLO_CONFIG": str(slo)}
     server = VllmServer(model_dir, port=restart_watch.port, env=env)  # add_run's port: the target restarted
     try:
         server.start()
@@ -266,6 +270,15 @@ def test_replace_mode_serves_vllms_families_and_counts(add_run, replace_run):
     assert sorted(problems) == sorted(vllms_own)  # only what vLLM's own names cause
     # the OpenMetrics route (prometheus_client, which writes `vllm:` as `vllm_` there, as for vLLM) sees them too
     assert "vllm_request_success_total{" in replace_run["openmetrics"]
+
+
+def test_replace_mode_serves_goodput_beside_vllms_families(replace_run):
+    """OTEL_LLM_SLO_CONFIG: every finished request judged, under otel-llm's name (vLLM has none)."""
+    totals = {s.labels["missed"]: s.value for fam in text_string_to_metric_families(replace_run["text"])
+              if fam.name == "otel_llm_slo_requests" for s in fam.samples if s.name.endswith("_total")}
+    assert set(totals) == set(SLO_MISSED)  # every child pre-created, as vLLM's own are
+    finished = sum(v for (name, _), v in samples(replace_run["text"]).items() if name == "vllm:request_success_total")
+    assert finished > 0 and totals["ttft"] == finished and sum(totals.values()) == finished, totals
 
 
 def test_a_hung_otlp_endpoint_changes_neither_answers_nor_latency_nor_shutdown(add_run, replace_run):

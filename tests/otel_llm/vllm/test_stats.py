@@ -164,3 +164,36 @@ def test_an_older_releases_stats_fold_as_that_release_counts_them():
     assert snap.histograms["otel_llm.request.prompt_tokens"].counts.sum() == len(fins)
     assert snap.gauges["otel_llm.scheduler.waiting"] == 2  # no skipped waiting requests before vLLM 0.20
     assert snap.counters["otel_llm.prefix_cache.hits"][0] == 240  # connector stats read without hits_by_source
+
+
+def test_goodput_judges_each_finished_request_from_its_stats():
+    """TTFT = e2e - decode time (vLLM carries no per-request TTFT), TPOT = vLLM's mean (two or more
+    tokens), e2e as its histogram, errors = finish reason ERROR; pushed and judged per engine."""
+    from otel_llm.canonical.instruments import SLO_MISSED
+    from otel_llm.slo.config import parse_slo_config
+    from otel_llm.slo.goodput import GOODPUT
+
+    slo = parse_slo_config({"objectives": [{"model": "m", "ttft": {"threshold": 0.5, "target": 0.9},
+                                            "tpot": {"threshold": 0.1, "target": 0.9},
+                                            "e2e": {"threshold": 2.5, "target": 0.9}, "errors": {"target": 0.9}}]})
+    rng = np.random.default_rng(7)
+    agg = VllmStatsAggregator("m", 1024, flush_every=5, slo=slo)
+    want: dict[str, int] = {}
+    for _ in range(60):
+        it = step(rng, int(rng.integers(0, 4)))
+        for r in it.finished_requests:
+            missed = [k for k, bad in (
+                ("ttft", r.e2e_latency - r.decode_time > 0.5), ("tpot", r.num_generation_tokens > 1 and
+                                                                 r.mean_time_per_output_token > 0.1),
+                ("e2e", r.e2e_latency > 2.5), ("errors", r.finish_reason == 3)) if bad]
+            key = "+".join(missed) or "none"
+            want[key] = want.get(key, 0) + 1
+        agg.record(sched(1), it)
+    agg.flush()
+    c = agg.engines[0].snapshot().counters[GOODPUT].reshape(-1, len(SLO_MISSED)).sum(axis=0)
+    assert {SLO_MISSED[i]: int(v) for i, v in enumerate(c) if v} == want and len(want) > 4
+    reader = InMemoryMetricReader()
+    attach_reader(reader, agg.engines.values())
+    points = [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics if m.name == GOODPUT for p in m.data.data_points]
+    assert sum(p.value for p in points) == sum(want.values())

@@ -36,6 +36,8 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     (["--api-key", ""], "--api-key (or $OTEL_LLM_API_KEY): must be printable ASCII"),
     (["--tls-key-file", "/no/key.pem"], "--tls-key-file needs --tls-cert-file"),
     (["--tls-cert-file", "/no/cert.pem", "--tls-key-file", "/no/key.pem"], "--tls-cert-file '/no/cert.pem': no such"),
+    (["--slo-config", "/no/slo.yaml"], "cannot read the SLO file '/no/slo.yaml'"),
+    (["--slo-config", str(REPO / "pyproject.toml")], "pyproject.toml: not YAML"),
 ])
 def test_bad_flag_exits_2(args, named):
     r = _serve(*args)
