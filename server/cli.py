@@ -114,6 +114,10 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="SLO objectives (YAML; see docs/slo.md): each finished request is judged against "
                             "them and counted in otel_llm_slo_requests_total{missed} (goodput); the same file "
                             "makes the rules and dashboards (otel-llm slo rules|dashboard)")
+    serve.add_argument("--return-timings", action="store_true",
+                       help="every generation response carries a `timings` object (queue, prefill, TTFT, decode, "
+                            "TPOT, e2e, tokens, steps) and every traced response the W3C `traceresponse` header; "
+                            "without it a request asks with \"return_timings\": true (and may decline with false)")
     serve.add_argument("--null-step-ms", type=positive_float, default=None, metavar="MS",
                        help="with --model null: every engine step takes at least MS milliseconds, as a GPU's "
                             "forward pass would, to measure the frontend at that step rate (default: no pause)")
@@ -224,6 +228,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         api_key=args.api_key if args.api_key is not None else environ.get("OTEL_LLM_API_KEY") or None,
         tls=tls_config(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file),
         slo=None if args.slo_config is None else load_slo_config(args.slo_config),
+        return_timings=args.return_timings,
     )
 
 

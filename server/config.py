@@ -59,6 +59,7 @@ class ServerConfig:
     api_key: str | None = field(default=None, repr=False)  # /v1/* need `Authorization: Bearer <key>`; never logged
     tls: TlsConfig | None = None  # HTTPS (and mTLS with a client CA) instead of HTTP
     slo: SloConfig | None = None  # --slo-config: objectives each finished request is judged against (goodput)
+    return_timings: bool = False  # every response tells its timings and trace (a request may ask, or decline)
 
     def __post_init__(self) -> None:
         if self.served_model_name is not None and not self.served_model_name.strip():

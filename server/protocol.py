@@ -42,6 +42,7 @@ class _SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
+    return_timings: bool | None = None  # otel-llm's: the `timings` object and `traceresponse` (None: the server's default)
     logprobs: Union[bool, int, None] = None
     logit_bias: dict[str, float] | None = None
     presence_penalty: float | None = None

@@ -65,6 +65,7 @@ from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import HEADER_SIZE as _HEADER_SIZE
 from otel_llm.engine.step import EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord
 from otel_llm.frontend.request import RequestInfo
+from otel_llm.frontend.timings import request_timings
 from otel_llm.slo.goodput import GOODPUT
 
 _NUM_REASONS = len(FinishReason)
@@ -157,6 +158,8 @@ class RequestTable:
         self.goodput = None  # an `otel_llm.slo.goodput.Goodput` (ns): judges every folded finished request
         self._unjudged: list[tuple[np.ndarray, list | None]] = []  # (ints, adapters) per fold
         self._num_unjudged = 0
+        # handles whose response asked for their timings -> the `timings` object once finished (`timings.py`)
+        self.timed: dict[int, dict | None] = {}
         self.live_hits = 0  # live requests with prefix-cache or KV-connector hits (none: their work is skipped)
         self.dropped = {"unknown_request": 0, "out_of_order": 0, "bad_value": 0, "table_full": 0}
         self._grow(capacity)
@@ -513,6 +516,8 @@ class RequestTable:
         if not len(s):
             return None
         self._materialise(s)
+        if self.timed:
+            self._stamp_timings(s, now_ns)
         self.n_run -= int(np.count_nonzero(self.in_run[s]))
         self.in_run[s] = False
         self.handle[s] = 0
@@ -522,6 +527,19 @@ class RequestTable:
         self.num_active -= len(s)
         self._retired.extend(s.tolist())
         return self.fold() if len(self._retired) >= self.fold_at else None
+
+    def _stamp_timings(self, s: np.ndarray, now_ns: int) -> None:
+        """The timings of the finishing requests a response waits for (their columns are complete once
+        the events kept since the last fold are applied)."""
+        timed = [(slot, h) for slot, h in zip(s.tolist(), self.handle[s].tolist()) if h in self.timed]
+        if timed and self._pending_events:
+            self._apply_events()
+        for slot, h in timed:
+            col = dict(zip(_INT_FIELDS, self._ints[:, slot].tolist()))
+            self.timed[h] = request_timings(
+                col["arrival"], col["first_recv"], now_ns, col["queued"], col["sched"], col["first"], col["last"],
+                col["num_prompt"], col["num_cached"] + col["num_external"], col["chunks"] + col["extra_gen"],
+                col["chunks"], col["npre"])
 
     @property
     def num_unfolded(self) -> int:

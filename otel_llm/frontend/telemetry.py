@@ -34,6 +34,7 @@ from otel_llm.shim.vllm import HIDDEN_VLLM, hidden_version
 from otel_llm.slo.goodput import Goodput
 
 logger = logging.getLogger("otel_llm")
+MAX_TIMED = 65536  # requests waiting for their timings at once (`want_timings`)
 
 
 class Telemetry:
@@ -171,6 +172,26 @@ class Telemetry:
             return self.table.finish_from_frontend(handle, reason, self._clock())
 
         self._apply("fail", change)
+
+    def want_timings(self, handle: int) -> None:
+        """Keep this request's `timings` (`otel_llm.frontend.timings`) when it finishes, for `pop_timings`
+        (a response that returns them). At most MAX_TIMED requests are kept: beyond, the oldest is
+        forgotten (one whose response never asked for its timings cannot hold a place forever)."""
+        if not self.enabled or handle <= 0:
+            return
+        with self._lock:
+            timed = self.table.timed
+            if len(timed) >= MAX_TIMED:
+                del timed[next(iter(timed))]
+            timed[handle] = None
+
+    def pop_timings(self, handle: int) -> dict | None:
+        """A request's `timings` once its finish was ingested (None before, or if none were kept);
+        forgets the request either way, so call it once, when its response ends."""
+        if not self.enabled or handle <= 0:
+            return None
+        with self._lock:
+            return self.table.timed.pop(handle, None)
 
     def engine_gone(self) -> None:
         """The engine is gone (died, hung, being restarted): its scheduler gauges (running,

@@ -74,7 +74,8 @@ def create_app(config: ServerConfig, client: EngineClient | None = None, clock: 
     app.add_exception_handler(HTTPException, http_error_handler)  # 404, 405, unreadable body
     app.add_middleware(BodyLimit, max_bytes=config.max_request_bytes)  # inside the server span: 413s are traced
     if tracer_provider is not None:
-        app.add_middleware(ServerSpanMiddleware, tracer_provider=tracer_provider)
+        app.add_middleware(ServerSpanMiddleware, tracer_provider=tracer_provider,
+                           traceresponse=config.return_timings)
     if config.api_key is not None:  # outside the span (a stranger's requests make none), inside the counts
         app.add_middleware(ApiKeyAuth, api_key=config.api_key)
     app.router.routes.append(Route("/metrics", _MetricsEndpoint(), methods=["GET"]))

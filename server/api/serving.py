@@ -68,6 +68,7 @@ class _Prepared:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    timings: bool = False  # the response carries the request's `timings` (--return-timings or the request's return_timings)
 
 
 class ClientGone(Exception):
@@ -212,9 +213,11 @@ class OpenAIServing:
                 f"{n_prompt + max_tokens} tokens ({n_prompt} in the prompt, {max_tokens} in the completion). "
                 f"Please reduce the length of the prompt or {max_tokens_param}.", max_tokens_param)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        timings = self.client.config.return_timings if req.return_timings is None else req.return_timings
         return _Prepared(
             request_id, operation, prompt_ids, max_tokens if max_tokens is not None else limit - n_prompt,
             max_tokens, req.n, temperature, top_p, top_k, req.seed, stop, req.ignore_eos, req.stream, include_usage,
+            timings,
         )
 
     # -- serving -----------------------------------------------------------
@@ -236,6 +239,9 @@ class OpenAIServing:
         ))
         if rid == -1:
             rid = next(self._fallback_rids)
+        request.state.return_timings = p.timings  # the traceresponse header (server.api.tracing)
+        if p.timings:
+            self.tel.want_timings(rid)
         try:
             queue = self.client.add(ipc.AddRequest(
                 rid, p.prompt_ids, p.n, p.temperature, p.top_p, p.top_k, p.seed, p.max_tokens, p.ignore_eos, p.stop,
@@ -253,14 +259,25 @@ class OpenAIServing:
                               code="internal_error") from None
         batches = self._batches(rid, queue, p.n)
         if audio is not None:
-            return await self.audio.serve(p, request, batches, audio)
+            return await self.audio.serve(p, request, batches, audio, self._timings(p, rid))
         if p.stream:
-            return StreamingResponse(self._sse(p, batches, chat), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(self._sse(p, batches, chat, self._timings(p, rid)),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            return await until_disconnect(request, self._collect(p, batches, chat))
+            return await until_disconnect(request, self._collect(p, batches, chat, self._timings(p, rid)))
         except ClientGone:
             return Response(status_code=499)
+
+    def _timings(self, p: _Prepared, rid: int):
+        """The coroutine function that gives the request's `timings` once its last output was read (None
+        when the request did not ask for them)."""
+        if not p.timings:
+            return None
+
+        async def timings() -> dict | None:
+            await asyncio.sleep(0)  # the step that finished it is ingested right after its outputs were handed out
+            return self.tel.pop_timings(rid)
+        return timings
 
     async def _batches(self, rid: int, queue: asyncio.Queue, n: int) -> AsyncIterator[list[ipc.SeqOutput]]:
         """Everything queued for `rid` so far, until its `n` sequences finished.
@@ -286,10 +303,11 @@ class OpenAIServing:
         finally:
             if remaining:
                 self.client.abort(rid, remaining)
+                self.tel.pop_timings(rid)  # no response will ask for them
             else:
                 self.client.release(rid)
 
-    async def _collect(self, p: _Prepared, batches, chat: bool) -> JSONResponse:
+    async def _collect(self, p: _Prepared, batches, chat: bool, timings=None) -> JSONResponse:
         texts = [[] for _ in range(p.n)]
         reasons: list[str | None] = [None] * p.n
         n_out = n_cached = 0
@@ -303,11 +321,15 @@ class OpenAIServing:
         joined = ["".join(t) for t in texts]
         use = protocol.usage(len(p.prompt_ids), n_out, n_cached)
         build = protocol.chat_response if chat else protocol.completion_response
-        return JSONResponse(build(p.request_id, int(time.time()), self.model_name, joined, reasons, use))
+        body = build(p.request_id, int(time.time()), self.model_name, joined, reasons, use)
+        if timings is not None:
+            body["timings"] = await timings()
+        return JSONResponse(body)
 
-    async def _sse(self, p: _Prepared, batches, chat: bool) -> AsyncIterator[str]:
+    async def _sse(self, p: _Prepared, batches, chat: bool, timings=None) -> AsyncIterator[str]:
+        """With `timings`, the final chunk (the usage chunk if asked for, else the last finish) carries them."""
         created, model, with_usage = int(time.time()), self.model_name, p.include_usage
-        n_out = n_cached = 0
+        n_out = n_cached = finished = 0
         try:
             if chat:
                 for i in range(p.n):
@@ -323,6 +345,7 @@ class OpenAIServing:
                     n_cached = o.num_cached_tokens
                     if o.finished:
                         entry[1] = _REASONS.get(o.finish_reason)
+                        finished = p.n if o.finish_reason in TERMINAL_REASONS else finished + 1
                 parts = []
                 for i, (pieces, reason, tokens) in per_seq.items():
                     text = "".join(pieces)
@@ -333,13 +356,18 @@ class OpenAIServing:
                                                     {"content": text} if text or tokens else {}, reason, with_usage)
                     else:
                         chunk = protocol.completion_chunk(p.request_id, created, model, i, text, reason, with_usage)
-                    parts.append(sse_event(chunk))
+                    parts.append(chunk)
+                if parts and finished >= p.n and timings is not None and not with_usage:
+                    parts[-1]["timings"] = await timings()
                 if parts:
-                    yield "".join(parts)
+                    yield "".join(map(sse_event, parts))
             if with_usage:
                 obj = "chat.completion.chunk" if chat else "text_completion"
                 use = protocol.usage(len(p.prompt_ids), n_out, n_cached)
-                yield sse_event(protocol.usage_chunk(p.request_id, created, model, obj, use))
+                chunk = protocol.usage_chunk(p.request_id, created, model, obj, use)
+                if timings is not None:
+                    chunk["timings"] = await timings()
+                yield sse_event(chunk)
         except OpenAIError as exc:
             yield sse_event(exc.body())
         yield SSE_DONE

@@ -12,6 +12,11 @@ child), and the finished span goes straight to the provider's span processors:
 no live span, no context attach per request. Scrape and probe paths (`/metrics`,
 health) get no span.
 
+With `--return-timings` (`traceresponse=True`), or for a request whose handler set
+`scope["state"]["return_timings"]` (a body asking for `return_timings`), the response carries the W3C
+`traceresponse` header (Trace Context Level 2: `00-{trace id}-{this span's id}-01`), so the client can
+open its trace; a handler's `return_timings: false` leaves it out.
+
 Per the HTTP semantic conventions the span is named `{method} {route template}`, or
 just `{method}` when no route matched (a 404), so clients cannot mint span names;
 a method outside the standard set is `_OTHER` (span name `HTTP`). The provider's
@@ -62,8 +67,9 @@ def build_tracer_provider(resource: Resource, otlp_traces_endpoint: str | None,
 
 
 class ServerSpanMiddleware:
-    def __init__(self, app, tracer_provider: TracerProvider):
+    def __init__(self, app, tracer_provider: TracerProvider, traceresponse: bool = False):
         self.app = app
+        self.traceresponse = traceresponse
         self.provider = tracer_provider
         self._processor = tracer_provider._active_span_processor  # as otel_llm.frontend.request_spans does
         self._limits = SpanLimiter(tracer_provider._span_limits)
@@ -106,6 +112,9 @@ class ServerSpanMiddleware:
                 attributes["http.response.status_code"] = code = message["status"]
                 if code >= 500:
                     status = Status(StatusCode.ERROR)
+                if scope["state"].get("return_timings", self.traceresponse):
+                    message = {**message, "headers": [*message.get("headers", ()),
+                                                      (b"traceresponse", f"00-{trace_id:032x}-{span_id:016x}-01".encode())]}
             return send(message)
 
         try:

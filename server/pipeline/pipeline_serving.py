@@ -54,6 +54,7 @@ class _Outcome:
     reason: str = "error"
     completion_tokens: int = 0
     cached_tokens: int = 0
+    timings: dict | None = None  # the thinker's `timings`, when the request asked for them
 
 
 class PipelineServing:
@@ -64,14 +65,16 @@ class PipelineServing:
         self.tel = telemetry
         self.model_name = model_name
 
-    async def serve(self, p, request: Request, batches: AsyncIterator, audio: protocol.AudioOutput) -> Response:
-        """Answer `p` (OpenAIServing's prepared request, n == 1) from its engine `batches`."""
+    async def serve(self, p, request: Request, batches: AsyncIterator, audio: protocol.AudioOutput,
+                    timings=None) -> Response:
+        """Answer `p` (OpenAIServing's prepared request, n == 1) from its engine `batches`; `timings`: the
+        coroutine function giving the thinker's `timings` once its outputs are read (None: not asked for)."""
         preq = self.tel.arrival(p.request_id, getattr(request.state, "trace_headers", None), audio=True,
                                 arrival_ns=getattr(request.state, "arrival_ns", None))
         preq.stage_started(STAGE_THINKER, THINKER_REPLICA)
         session = TalkerSession(self.talker, audio.voice, asyncio.get_running_loop(), record_hops=self.tel.enabled)
         outcome = _Outcome()
-        forward = asyncio.ensure_future(self._forward(batches, session, preq, outcome))
+        forward = asyncio.ensure_future(self._forward(batches, session, preq, outcome, timings))
         if p.stream:
             return StreamingResponse(self._stream(p, preq, session, forward, outcome), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -80,7 +83,7 @@ class PipelineServing:
         except ClientGone:
             return Response(status_code=499)
 
-    async def _forward(self, batches, session: TalkerSession, preq, outcome: _Outcome) -> None:
+    async def _forward(self, batches, session: TalkerSession, preq, outcome: _Outcome, timings=None) -> None:
         """Stage 0 -> stage 1: each engine output is one hop. An error ends the session's outputs."""
         try:
             async for batch in batches:
@@ -91,6 +94,8 @@ class PipelineServing:
                         outcome.reason = FinishReason(o.finish_reason).label
                     session.send(o.text, o.finished)
             preq.stage_finished(STAGE_THINKER, THINKER_REPLICA)
+            if timings is not None:
+                outcome.timings = await timings()
         except OpenAIError as exc:
             session.outputs.put_nowait(exc)
         except Exception:  # the request fails, the server goes on
@@ -149,6 +154,8 @@ class PipelineServing:
                 if usage_too:
                     tail.append(protocol.usage_chunk(rid, created, model, "chat.completion.chunk",
                                                      self._usage(p, outcome)))
+                if p.timings:
+                    tail[-1]["timings"] = outcome.timings
                 yield "".join(sse_event(c) for c in tail)
                 reason = outcome.reason
             except OpenAIError as exc:
@@ -186,6 +193,8 @@ class PipelineServing:
         body = audio_chat_response(p.request_id, created, self.model_name,
                                    [message_audio(new_audio_id(), data, "".join(transcript), created)],
                                    [outcome.reason], self._usage(p, outcome))
+        if p.timings:
+            body["timings"] = outcome.timings
         return _AudioResponse(body, preq, session.replica.name, len(data), outcome.reason)
 
     @staticmethod

@@ -24,10 +24,12 @@ def only_value(h, name):
     return snap.sums.sum()
 
 
-def run_timeline(h, preempt_in_prefill=False, preempt_in_decode=False):
+def run_timeline(h, preempt_in_prefill=False, preempt_in_decode=False, timings=False):
     """arrival f=1s; QUEUED e=50.000s; SCHEDULED 50.010; first token 50.030; tokens each 5 ms; last 50.045."""
     h.fclock.t = 1 * S
     rid = h.tel.arrival(RequestInfo("r1", prompt_tokens=7, operation="chat", max_tokens=4, n=1))
+    if timings:
+        h.tel.want_timings(rid)
     h.at(50 * S).queued(rid)
     h.step(50 * S + 1 * MS, 1 * S + 2 * MS)
     h.at(50 * S + 10 * MS).scheduled(rid, 3)
@@ -62,6 +64,22 @@ def test_intervals_match_vllm_definitions(h):
     assert only_value(h, "otel_llm.request.prompt_tokens") == 7
     assert only_value(h, "otel_llm.request.params.max_tokens") == 4
     assert only_value(h, "otel_llm.request.preemptions") == 0
+
+
+def test_a_requests_timings_are_its_intervals(h):
+    rid = run_timeline(h, preempt_in_decode=True, timings=True)
+    assert h.tel.pop_timings(rid) == {
+        "queue": 0.01, "prefill": 0.02, "ttft": 0.04, "decode": 0.015, "tpot": 0.005, "e2e": 0.055,
+        "prompt_tokens": 7, "cached_prompt_tokens": 3, "completion_tokens": 4, "steps": 4, "preemptions": 1}
+    assert h.tel.pop_timings(rid) is None  # handed out once
+    assert h.tel.table.timed == {}
+
+
+def test_timings_kept_for_a_bounded_number_of_requests(h, monkeypatch):
+    monkeypatch.setattr("otel_llm.frontend.telemetry.MAX_TIMED", 2)
+    for handle in (11, 12, 13):
+        h.tel.want_timings(handle)
+    assert list(h.tel.table.timed) == [12, 13]  # the oldest forgotten
 
 
 def test_preemption_in_prefill_counts_toward_prefill(h):

@@ -84,6 +84,23 @@ def _totals(metrics: dict) -> dict:
     }
 
 
+def test_audio_responses_tell_the_thinkers_timings_and_their_trace(server, client):
+    """A request's return_timings: the thinker's `timings` on the audio body and the final streamed chunk,
+    and the traceresponse header naming the request's trace."""
+    ask = {"ignore_eos": True, "return_timings": True, **AUDIO}
+    raw = client.chat.completions.with_raw_response.create(
+        model="dummy", messages=[{"role": "user", "content": "hi"}], max_tokens=3, extra_body=ask)
+    whole = raw.parse()
+    assert whole.model_extra["timings"]["completion_tokens"] == whole.usage.completion_tokens == 3
+    assert 0 < whole.model_extra["timings"]["ttft"] <= whole.model_extra["timings"]["e2e"]
+    assert raw.headers["traceresponse"].startswith("00-") and raw.headers["traceresponse"].endswith("-01")
+    chunks = list(client.chat.completions.create(
+        model="dummy", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True,
+        stream_options={"include_usage": True}, extra_body=ask))
+    assert [i for i, c in enumerate(chunks) if (c.model_extra or {}).get("timings")] == [len(chunks) - 1]
+    assert chunks[-1].model_extra["timings"]["completion_tokens"] == chunks[-1].usage.completion_tokens == 3
+
+
 @pytest.mark.slow
 def test_metrics_count_exactly_what_the_client_received(server, client):
     before = _totals(server.metrics())
