@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from otel_llm.shim.profiles import get_profile
 from otel_llm.slo.config import Objective, ObjectiveSet, SloConfig
-from otel_llm.slo.rules import BURNS, _alert, _errors, _histogram, _labels, _selector, sli
+from otel_llm.slo.rules import BURNS, _alert, _errors, _histogram, _selector, scope_labels, sli
 
 RUN = "0+60x90"  # a counter growing 60 a minute (1/s) for 90 minutes
 FLAT = "0+0x90"
@@ -29,7 +29,7 @@ def rule_tests(config: SloConfig, profile_name: str, rule_file: str) -> dict:
             series += _series(profile, scope, objective, bad=(scope, objective) == broken)
         alerts = [] if broken is None else [
             {"exp_labels": alert["labels"], "exp_annotations": alert["annotations"]}
-            for alert in (_alert(broken[0], broken[1], _labels(*broken), *burn) for burn in BURNS
+            for alert in (_alert(broken[0], broken[1], scope_labels(*broken), *burn) for burn in BURNS
                           if burn[1] * (1 - broken[1].target) < 1)]
         name = "every objective met: nothing fires" if broken is None else \
             f"{broken[1].kind} broken ({', '.join(f'{k} {v}' for k, v in broken[0].scope.items()) or 'all models'})" \

@@ -20,6 +20,7 @@ rules: per objective a breaking series that must fire and a healthy one that mus
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from otel_llm.canonical import instruments as I
 from otel_llm.export.exposition import format_value
@@ -29,9 +30,9 @@ from otel_llm.slo.config import Objective, ObjectiveSet, SloConfig
 
 WINDOWS = ("5m", "30m", "1h", "6h")
 BURNS = (("page", 14.4, "1h", "5m", "2m"), ("ticket", 6.0, "6h", "30m", "15m"))  # severity, factor, long, short, for
-_CANONICAL = {"ttft": "gen_ai.server.time_to_first_token", "tpot": "gen_ai.server.time_per_output_token",
+CANONICAL = {"ttft": "gen_ai.server.time_to_first_token", "tpot": "gen_ai.server.time_per_output_token",
               "itl": "otel_llm.request.inter_token_latency", "e2e": "gen_ai.server.request.duration"}
-_WHAT = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
+WHAT = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
          "e2e": "end-to-end latency", "errors": "requests without error"}
 
 
@@ -56,7 +57,7 @@ def rules(config: SloConfig, profile_name: str) -> dict:
     for objectives in config.sets:
         for objective in objectives.objectives:
             bad, total = sli(profile, objectives, objective)
-            labels = _labels(objectives, objective)
+            labels = scope_labels(objectives, objective)
             for window in (*WINDOWS, config.period):
                 recording.append({"record": record_name(window),
                                   "expr": f"({bad}) / ({total})".replace(_W, window),
@@ -64,6 +65,26 @@ def rules(config: SloConfig, profile_name: str) -> dict:
             alerting += [_alert(objectives, objective, labels, *burn) for burn in BURNS]
     return {"groups": [{"name": f"otel-llm-slo-{profile.name}-sli", "rules": recording},
                        {"name": f"otel-llm-slo-{profile.name}-alerts", "rules": alerting}]}
+
+
+def expressible(config: SloConfig, profile_name: str) -> tuple[SloConfig, list[str]]:
+    """`config` without the objectives the profile cannot express, and why each was left out
+    (`--skip-unsupported`); `SloRuleError` if none is left."""
+    profile = get_profile(profile_name)
+    sets, skipped = [], []
+    for scope in config.sets:
+        kept = []
+        for objective in scope.objectives:
+            try:
+                sli(profile, scope, objective)
+                kept.append(objective)
+            except SloRuleError as exc:
+                skipped.append(str(exc))
+        if kept:
+            sets.append(replace(scope, objectives=tuple(kept)))
+    if not sets:
+        raise SloRuleError(f"profile {profile_name} can express none of the objectives: " + "; ".join(skipped))
+    return replace(config, sets=tuple(sets)), skipped
 
 
 def sli(profile: Profile, scope: ObjectiveSet, objective: Objective) -> tuple[str, str]:
@@ -93,11 +114,11 @@ def sli(profile: Profile, scope: ObjectiveSet, objective: Objective) -> tuple[st
 
 
 def _histogram(profile: Profile, kind: str) -> ProfileFamily:
-    canonical = _CANONICAL[kind]
+    canonical = CANONICAL[kind]
     for fam in profile.families:
         if fam.canonical == canonical and fam.part is None:
             return fam
-    raise SloRuleError(f"{kind}: profile {profile.name} exposes no histogram of {_WHAT[kind]} "
+    raise SloRuleError(f"{kind}: profile {profile.name} exposes no histogram of {WHAT[kind]} "
                        f"({canonical}); drop the objective or use the vllm or otel profile")
 
 
@@ -116,19 +137,21 @@ def _errors(profile: Profile, scope: ObjectiveSet) -> tuple[str, str]:
 
     def rate(fam: ProfileFamily, extra: str = "") -> str:
         return f"sum(rate({fam.name}{suffix}{{{_join(_selector(profile, fam, scope), extra)}}}[{_W}]))"
-    return rate(bad_fam, f'{label}="{value}"'), " + ".join(rate(f) for f in totals)
+    # (a profile that exports only series with data, as OTel's, has no error series until the first error)
+    bad = rate(bad_fam, f'{label}="{value}"')
+    return f"({bad} or vector(0))", " + ".join(rate(f) for f in totals)
 
 
 def _selector(profile: Profile, fam: ProfileFamily, scope: ObjectiveSet) -> str:
     parts = []
     if scope.model is not None and profile.model_label:  # (TGI's families name no model: one per server)
-        parts.append(f'{profile.model_label}="{_escape(scope.model)}"')
+        parts.append(f'{profile.model_label}="{escape(scope.model)}"')
     if scope.operation is not None:
         label = fam.labels.get("gen_ai.operation.name")
         if label is None:
             raise SloRuleError(f"operation {scope.operation!r}: {fam.name} (profile {profile.name}) has no operation "
                                "label; give the objective per model, or use the otel profile")
-        parts.append(f'{label[0]}="{_escape(scope.operation)}"')
+        parts.append(f'{label[0]}="{escape(scope.operation)}"')
     return ",".join(parts)
 
 
@@ -136,11 +159,11 @@ def _join(*parts: str) -> str:
     return ",".join(p for p in parts if p)
 
 
-def _escape(value: str) -> str:
+def escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _labels(scope: ObjectiveSet, objective: Objective) -> dict[str, str]:
+def scope_labels(scope: ObjectiveSet, objective: Objective) -> dict[str, str]:
     return {"slo": objective.kind, **{k: v for k, v in scope.scope.items() if k != "lora_adapter"}}
 
 
@@ -148,8 +171,8 @@ def _alert(scope: ObjectiveSet, objective: Objective, labels: dict, severity: st
            short: str, wait: str) -> dict:
     budget = 1 - objective.target
     limit = format_value(round(factor * budget, 12))
-    match = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    what = _WHAT[objective.kind] + (f" <= {format_value(objective.threshold)} s" if objective.threshold else "")
+    match = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+    what = WHAT[objective.kind] + (f" <= {format_value(objective.threshold)} s" if objective.threshold else "")
     target = f"{objective.target * 100:.10g}"
     where = ", ".join(f"{k} {v}" for k, v in scope.scope.items()) or "all models"
     return {"alert": "LLMSLOErrorBudgetBurn",

@@ -1,10 +1,13 @@
 """SLOs as code: the SLO file validated naming the bad value; for every profile, rules generated from
 its shim table that `promtool check rules` accepts and whose `promtool test rules` cases (each
 objective broken alone fires exactly its alerts; all met fires none) pass; objectives a profile
-cannot express refused with what would work; the shipped examples are what the command writes."""
+cannot express refused with what would work (or left out and named, `--skip-unsupported`); the
+shipped rules and dashboards are what the commands write."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +18,9 @@ import yaml
 from otel_llm.canonical import instruments as I
 from otel_llm.shim.profiles import PROFILE_NAMES, get_profile
 from otel_llm.slo.config import SloConfigError, load_slo_config, parse_slo_config
+from otel_llm.slo.dashboard import queries
 from otel_llm.slo.rule_tests import rule_tests
-from otel_llm.slo.rules import SloRuleError, _CANONICAL, rules
+from otel_llm.slo.rules import CANONICAL, SloRuleError, rules
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples/slo"
@@ -27,7 +31,7 @@ def config_for(profile_name: str) -> dict:
     for two models (one scoped to an operation where the profile labels it)."""
     profile = get_profile(profile_name)
     entry: dict = {"model": "m1"}
-    for kind, canonical in _CANONICAL.items():
+    for kind, canonical in CANONICAL.items():
         fam = next((f for f in profile.families if f.canonical == canonical and f.part is None), None)
         if fam is not None:
             bounds = fam.buckets or tuple(b * fam.scale for b in I.instrument_table(8192)[canonical].buckets)
@@ -144,3 +148,42 @@ def test_the_command_names_a_bad_file_and_exits_2(tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     assert "otel-llm slo rules: error: ttft threshold 0.3 s is not a bucket boundary" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_skip_unsupported_leaves_out_and_names_what_a_profile_cannot_express(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "otel_llm", "slo", "rules", "--config", str(EXAMPLES / "slo.yaml"),
+                          "--profile", "triton", "--skip-unsupported"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert {r["labels"]["slo"] for g in yaml.safe_load(out.stdout)["groups"] for r in g["rules"]} == {"ttft", "errors"}
+    assert "left out: ttft threshold 0.5 s is not a bucket boundary" not in out.stderr  # (500 ms is Triton's)
+    assert "left out: tpot: profile triton exposes no histogram" in out.stderr
+    assert "left out: e2e: profile triton exposes no histogram" in out.stderr
+    none = tmp_path / "slo.yaml"
+    none.write_text("objectives:\n  - model: m\n    ttft: {threshold: 0.5, target: 0.99}\n")
+    out = subprocess.run([sys.executable, "-m", "otel_llm", "slo", "dashboard", "--config", str(none), "--profile",
+                          "tgi", "--skip-unsupported"], capture_output=True, text=True)
+    assert out.returncode == 2 and "profile tgi can express none of the objectives" in out.stderr
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_the_shipped_dashboards_are_what_the_command_writes(profile, tmp_path):
+    path = EXAMPLES / "dashboards" / f"{profile}.json"
+    out = subprocess.run([sys.executable, "-m", "otel_llm", "slo", "dashboard", "--config", "slo.yaml", "--profile",
+                          profile, "--skip-unsupported", "--out", str(tmp_path / "d.json")],
+                         cwd=EXAMPLES, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "d.json").read_text() == path.read_text(), \
+        f"examples/slo/dashboards/{profile}.json is stale: regenerate it (see its description)"
+    board = json.loads(path.read_text())
+    assert board["templating"]["list"][0] == {"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",
+                                               "query": "prometheus"}
+    ids = [p["id"] for p in board["panels"]]
+    assert len(set(ids)) == len(ids) and all(p["datasource"]["uid"] == "${DS_PROMETHEUS}" for p in board["panels"]
+                                             if p["type"] != "row")
+    # every query reads the profile's names or the rules' records (run against a real Prometheus in
+    # tests/integration/test_slo_prometheus.py)
+    names = {f.name for f in get_profile(profile, goodput=True).families}
+    for q in queries(board):
+        metric = re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{|\[)", q)
+        assert metric and all(m.startswith("slo:error_ratio:") or m.removesuffix("_total").removesuffix("_bucket")
+                              in names for m in metric), (q, metric)
