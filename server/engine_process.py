@@ -51,9 +51,11 @@ def cap_threads(num_threads: int) -> None:
 
 def engine_main(conn: Connection, config: EngineConfig, max_recv_per_iter: int) -> None:
     """Entry point of the spawned engine process; `config.num_threads` must be set."""
-    # Ctrl-C reaches the whole process group; the API process shuts the engine down
-    # with a SHUTDOWN command (or the engine sees EOF when the API process is gone).
+    # Ctrl-C reaches the whole process group, and so does a SIGTERM sent to it (`timeout`, systemd's
+    # default KillMode); the API process shuts the engine down with a SHUTDOWN command (or the engine
+    # sees EOF when the API process is gone), so it drains instead of dying under the API process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s engine %(name)s: %(message)s")
     cap_threads(config.num_threads)
     run_engine(conn, config, max_recv_per_iter)

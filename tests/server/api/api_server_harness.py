@@ -34,9 +34,11 @@ class ServerProcess:
     SIGINT (graceful)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "serve",
-                 tls: ssl.SSLContext | None = None):
-        """`tls`: the server serves HTTPS (its flags are in `args`); the client context that reaches it."""
+                 tls: ssl.SSLContext | None = None, own_group: bool = False):
+        """`tls`: the server serves HTTPS (its flags are in `args`); the client context that reaches it.
+        `own_group`: in a process group of its own (with its engine), which a test may signal whole."""
         self.command = command
+        self.own_group = own_group
         self.port = free_port()
         self.tls = tls
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
@@ -47,7 +49,7 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 120.0) -> ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "otel_llm", self.command, *self.args], cwd=REPO, env=self.env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=self.own_group)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -70,6 +70,22 @@ def test_sigterm_with_nothing_in_flight_exits_0_at_once():
         server.stop()
 
 
+def test_sigterm_to_the_whole_process_group_drains_the_engine_instead_of_killing_it():
+    """`timeout`, `kill -- -PGID` and systemd's default KillMode signal the engine too: it ignores
+    SIGTERM and is shut down by the API process, so no "engine is dead" and no restart."""
+    server = ServerProcess(own_group=True).start()
+    try:
+        with httpx.Client(timeout=30) as c:
+            assert c.post(f"{server.url}/v1/completions",
+                          json={"model": "dummy", "prompt": "hi", "max_tokens": 3}).status_code == 200
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+        log = server.output()
+        assert "engine is dead" not in log and "restarting the engine" not in log, log[-3000:]
+    finally:
+        server.stop()
+
+
 def test_sigterm_behind_a_refusing_endpoint_does_not_wait_out_the_retry_back_off():
     # The last metrics export and the queued spans go to an endpoint that refuses connections:
     # each is tried once, not retried with the exporters' back-off (1 + 2 + 4 s), as before.
