@@ -1,6 +1,6 @@
 """Go's parsers for the values Jaeger's query API reads (it is written in Go, and clients send what
 Go accepts): `time.ParseDuration`, `strconv.ParseBool`, `time.Parse(time.RFC3339Nano, ...)`.
-Each raises ValueError with Go's own wording."""
+Each raises ValueError with Go's own wording. `query_param` reads a parameter's raw value."""
 
 from __future__ import annotations
 
@@ -48,3 +48,9 @@ def rfc3339_ns(text: str) -> int:
     offset = 0 if m[8] else (1 if m[9] == "+" else -1) * (int(m[10]) * 3600 + int(m[11]) * 60)
     seconds = calendar.timegm((y, mo, d, h, mi, s)) - offset
     return seconds * 10**9 + int((m[7] or "").ljust(9, "0"))
+
+
+def query_param(params: dict[str, list[str]], *names: str) -> str:
+    """The value of the first of `names` the query gives non-empty (Jaeger: the canonical name wins over
+    its aliases), else ""."""
+    return next((params[n][0] for n in names if params.get(n, [""])[0] != ""), "")

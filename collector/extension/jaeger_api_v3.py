@@ -37,7 +37,7 @@ from urllib.parse import unquote
 from google.protobuf import json_format
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from otel_llm.collector.extension.go_values import duration_ns, parse_bool, rfc3339_ns
+from otel_llm.collector.extension.go_values import duration_ns, parse_bool, query_param, rfc3339_ns
 from otel_llm.collector.tracestore.query import SPAN_KINDS, StoredSpan, TraceQuery, service_name
 from otel_llm.collector.tracestore.store import TraceStore
 
@@ -62,8 +62,8 @@ def v3_response(store: TraceStore, parts: list[str], params: dict[str, list[str]
             case ["api", "v3", "services"]:
                 body = {"services": store.services()}
             case ["api", "v3", "operations"]:
-                body = {"operations": _operations(store, _param(params, "service"),
-                                                  _param(params, "spanKind", "span_kind"))}
+                body = {"operations": _operations(store, query_param(params, "service"),
+                                                  query_param(params, "spanKind", "span_kind"))}
             case ["api", "v3", "trace-summaries"]:
                 body = {"summaries": [summary(spans) for spans in store.find_traces(_query(params))]}
             case ["api", "v3", "traces"]:
@@ -91,42 +91,32 @@ def _operations(store: TraceStore, service: str, kind: str) -> list[dict]:
 
 # -- parameters ----------------------------------------------------------------------------------
 
-def _param(params: dict[str, list[str]], *names: str) -> str:
-    """The first of ``names`` given non-empty (Jaeger: the canonical name wins over its aliases)."""
-    return next((params[n][0] for n in names if params.get(n, [""])[0] != ""), "")
-
-
 def _named(params, names: tuple[str, ...]) -> tuple[str, str]:
     """(the name the client used, its value)."""
     return next(((n, params[n][0]) for n in names if params.get(n, [""])[0] != ""), (names[0], ""))
 
 
-def _bool(params, *names: str) -> bool:
+def _parsed(params, names: tuple[str, ...], parse):
+    """`parse` of the first of `names` given (None when none is); a 400 naming the parameter for a bad value."""
     name, text = _named(params, names)
+    if text == "":
+        return None
     try:
-        return text != "" and parse_bool(text)
+        return parse(text)
     except ValueError as exc:
         raise _V3Error(400, f"malformed parameter {name}: {exc}") from None
+
+
+def _bool(params, *names: str) -> bool:
+    return bool(_parsed(params, names, parse_bool))
 
 
 def _time(params, *names: str) -> int | None:
-    name, text = _named(params, names)
-    if text == "":
-        return None
-    try:
-        return rfc3339_ns(text)
-    except ValueError as exc:
-        raise _V3Error(400, f"malformed parameter {name}: {exc}") from None
+    return _parsed(params, names, rfc3339_ns)
 
 
 def _duration_us(params, *names: str) -> int | None:
-    name, text = _named(params, names)
-    if text == "":
-        return None
-    try:
-        return duration_ns(text) // 1000
-    except ValueError as exc:
-        raise _V3Error(400, f"malformed parameter {name}: {exc}") from None
+    return _parsed(params, names, lambda text: duration_ns(text) // 1000)
 
 
 def _query(params: dict[str, list[str]]) -> TraceQuery:
@@ -142,13 +132,13 @@ def _query(params: dict[str, list[str]]) -> TraceQuery:
         limit = int(depth) if depth else DEFAULT_SEARCH_DEPTH
     except ValueError:
         raise _V3Error(400, f'malformed parameter {name}: strconv.Atoi: parsing "{depth}": invalid syntax') from None
-    service = _param(params, "query.serviceName", "query.service_name")
+    service = query_param(params, "query.serviceName", "query.service_name")
     if not service:
         raise _V3Error(400, _NO_SERVICE)
     min_us = _duration_us(params, "query.durationMin", "query.duration_min")
     max_us = _duration_us(params, "query.durationMax", "query.duration_max")
     try:
-        return TraceQuery(service, _param(params, "query.operationName", "query.operation_name"),
+        return TraceQuery(service, query_param(params, "query.operationName", "query.operation_name"),
                           -(-start // 1000), end // 1000, min_us or 0, max_us, _attributes(params), limit)
     except ValueError as exc:
         raise _V3Error(400, str(exc)) from None
@@ -156,7 +146,7 @@ def _query(params: dict[str, list[str]]) -> TraceQuery:
 
 def _attributes(params) -> dict[str, str]:
     """``query.attributes`` (a JSON object of strings) in the trace store's tag words."""
-    text = _param(params, "query.attributes")
+    text = query_param(params, "query.attributes")
     if not text:
         return {}
     try:

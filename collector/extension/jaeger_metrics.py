@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
-from otel_llm.collector.extension.go_values import parse_bool
+from otel_llm.collector.extension.go_values import parse_bool, query_param
 from otel_llm.collector.tracestore.store import TraceStore
 
 METRICS = ("latencies", "calls", "errors")
@@ -36,14 +36,14 @@ def metric_family(store: TraceStore, metric: str, params: dict[str, list[str]]) 
         kinds.append(_KINDS[kind])
     quantile = 0.0
     if metric == "latencies":
-        text = _param(params, "quantile")
+        text = query_param(params, "quantile")
         try:
             quantile = float(text)
         except ValueError:
             raise ValueError(f"unable to parse param 'quantile': strconv.ParseFloat: parsing \"{text}\": "
                              "invalid syntax") from None
     try:
-        by_operation = parse_bool(_param(params, "groupByOperation") or "false")
+        by_operation = parse_bool(query_param(params, "groupByOperation") or "false")
     except ValueError as exc:
         raise ValueError(f"unable to parse param 'groupByOperation': {exc}") from None
     end_ms = _ms(params, "endTs", time.time_ns() // 1_000_000)
@@ -62,12 +62,9 @@ def metric_family(store: TraceStore, metric: str, params: dict[str, list[str]]) 
                         for (service, op), points in sorted(found.items())]}
 
 
-def _param(params, name: str) -> str:
-    return params.get(name, [""])[0]
-
 
 def _ms(params, name: str, default: int) -> int:
-    text = _param(params, name)
+    text = query_param(params, name)
     if text == "":
         return default
     try:

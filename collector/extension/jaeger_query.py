@@ -61,7 +61,7 @@ from urllib.parse import parse_qs, unquote_plus, urlsplit
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_llm.collector.extension.deep_dependencies import deep_dependencies
-from otel_llm.collector.extension.go_values import duration_ns, parse_bool
+from otel_llm.collector.extension.go_values import duration_ns, parse_bool, query_param
 from otel_llm.collector.extension.jaeger_api_v3 import v3_response
 from otel_llm.collector.extension.jaeger_metrics import METRICS, metric_family
 from otel_llm.collector.extension.web_ui import ui_response
@@ -176,7 +176,7 @@ class _Handler(EndpointHandler):
                 names = list(dict.fromkeys(op.name for op in store.operations(unquote_plus(service))))
                 return _envelope(names, total=len(names))
             case ["api", "operations"]:
-                service, kind = _param(params, "service"), _param(params, "spanKind")
+                service, kind = query_param(params, "service"), query_param(params, "spanKind")
                 if not service:
                     raise _HttpError(400, "parameter 'service' is required")
                 if kind and kind not in SPAN_KINDS:
@@ -196,11 +196,11 @@ class _Handler(EndpointHandler):
             case ["api", "dependencies"]:
                 end_ms = _int(params, "endTs", _now_us() // 1000)
                 lookback_ms = _int(params, "lookback", _DEPENDENCY_LOOKBACK_MS)
-                links = store.dependencies((end_ms - lookback_ms) * 1000, end_ms * 1000, _param(params, "service"))
+                links = store.dependencies((end_ms - lookback_ms) * 1000, end_ms * 1000, query_param(params, "service"))
                 return _envelope([{"parent": p, "child": c, "callCount": n} for p, c, n in links])
             case ["analytics", "v1", "dependencies"]:
                 try:
-                    return deep_dependencies(store, _param(params, "service"), _param(params, "operation"),
+                    return deep_dependencies(store, query_param(params, "service"), query_param(params, "operation"),
                                              _int(params, "start", 0), _int(params, "end", 0))
                 except ValueError as exc:
                     raise _HttpError(400, str(exc)) from None
@@ -210,7 +210,7 @@ class _Handler(EndpointHandler):
                 except ValueError as exc:
                     raise _HttpError(400, str(exc)) from None
             case ["api", "llm", "slowest"]:
-                metric = _param(params, "metric") or "ttft"
+                metric = query_param(params, "metric") or "ttft"
                 if metric not in ("ttft", "e2e", "queue"):
                     raise _HttpError(400, f"unable to parse param 'metric': {metric!r} is not one of ttft, e2e, queue")
                 since = _now_us() - _duration_us(params, "lookback", 300_000_000)
@@ -242,7 +242,7 @@ def _search(store: TraceStore, params: dict[str, list[str]]) -> dict:
                 errors.append({"msg": "trace not found", "traceID": _jaeger_trace_id(parse_trace_id(trace_id))})
         return _envelope(traces, errors=errors or None)
     try:
-        query = TraceQuery(_param(params, "service"), _param(params, "operation"), start, end, min_us, max_us, tags, limit)
+        query = TraceQuery(query_param(params, "service"), query_param(params, "operation"), start, end, min_us, max_us, tags, limit)
     except ValueError as exc:
         raise _HttpError(400, str(exc)) from None
     return _envelope([trace_json(spans, raw) for spans in store.find_traces(query)])
@@ -254,7 +254,7 @@ def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
     if start > end:
         raise _HttpError(400, "invalid parameter: start time must be before end time")
     try:
-        wanted = RowFilter(_param(params, "model"), _param(params, "instance"), _param(params, "finishReason"),
+        wanted = RowFilter(query_param(params, "model"), query_param(params, "instance"), query_param(params, "finishReason"),
                            _seconds(params, "ttftAbove"), _seconds(params, "e2eAbove"))
     except ValueError as exc:
         raise _HttpError(400, str(exc)) from None
@@ -291,13 +291,10 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _param(params: dict[str, list[str]], name: str) -> str:
-    return params.get(name, [""])[0]
-
 
 def _int(params, name: str, default: int, bits: int = 64) -> int:
     """Go's strconv.ParseInt(text, 10, bits)."""
-    text = _param(params, name)
+    text = query_param(params, name)
     if text == "":
         return default
     if not re.fullmatch(r"[+-]?[0-9]+", text) or not -(1 << bits - 1) <= int(text) < 1 << bits - 1:
@@ -306,7 +303,7 @@ def _int(params, name: str, default: int, bits: int = 64) -> int:
 
 
 def _bool(params, name: str) -> bool:
-    text = _param(params, name)
+    text = query_param(params, name)
     try:
         return text != "" and parse_bool(text)
     except ValueError:
@@ -321,7 +318,7 @@ def _limit(params, default: int) -> int:
 
 
 def _seconds(params, name: str) -> float | None:
-    text = _param(params, name)
+    text = query_param(params, name)
     if text == "":
         return None
     try:
@@ -340,7 +337,7 @@ def _time_range(params) -> tuple[int, int]:
 
 def _duration_us(params, name: str, default_us: int) -> int:
     """A Go duration string (time.ParseDuration: "1h2m", "1.5s", "300ms", "-2us", "0") in µs."""
-    text = _param(params, name)
+    text = query_param(params, name)
     if text == "":
         return default_us
     try:

@@ -65,7 +65,7 @@ from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import HEADER_SIZE as _HEADER_SIZE
 from otel_llm.engine.step import EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord
 from otel_llm.frontend.request import RequestInfo
-from otel_llm.frontend.timings import request_timings
+from otel_llm.frontend.timings import engine_ordered, request_timings
 from otel_llm.slo.goodput import GOODPUT
 
 _NUM_REASONS = len(FinishReason)
@@ -587,7 +587,7 @@ class RequestTable:
             h["otel_llm.request.prefill_kv_computed_tokens"].record(prompt, op)
         # Engine intervals: only for requests whose engine timestamps are complete and ordered.
         has_tokens = f > 0
-        valid = has_tokens & (q > 0) & (sc >= q) & (f >= sc) & (last >= f)
+        valid = engine_ordered(q, sc, f, last)
         inconsistent = has_tokens & ~valid
         if inconsistent.any():
             self.dropped["out_of_order"] += int(inconsistent.sum())
@@ -628,7 +628,7 @@ class RequestTable:
         q, sc, f, last, arrival, first_recv = (col[k] for k in ("queued", "sched", "first", "last", "arrival",
                                                                 "first_recv"))
         gen = col["chunks"] + col["extra_gen"]
-        timed = (f > 0) & (q > 0) & (sc >= q) & (f >= sc) & (last >= f) & (gen > 1)  # as fold's `valid`
+        timed = engine_ordered(q, sc, f, last) & (gen > 1)
         tpot = np.where(timed, (last - f) / np.maximum(gen - 1, 1), np.nan)
         ttft = np.where(first_recv > 0, first_recv - arrival, np.nan)
         self.goodput.count(self.metrics.counters[GOODPUT], col["op"], ttft, tpot, (col["fin_recv"] - arrival).astype(np.float64),

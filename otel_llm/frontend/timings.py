@@ -27,11 +27,17 @@ def _s(ns: int) -> float:
     return round(ns * _S_PER_NS, 6)
 
 
+def engine_ordered(queued, sched, first, last):
+    """Whether engine timestamps (ints, or numpy arrays element-wise) are complete and ordered: what a
+    request's queue, prefill and decode intervals need."""
+    return (first > 0) & (queued > 0) & (sched >= queued) & (first >= sched) & (last >= first)
+
+
 def request_timings(arrival: int, first_recv: int, fin_recv: int, queued: int, sched: int, first: int, last: int,
                     prompt: int, cached: int, generated: int, steps: int, preemptions: int) -> dict:
     """The `timings` object from a request's timestamps (ns; 0: none; frontend clock for arrival,
     first_recv and fin_recv, engine clock for the others) and counts."""
-    engine = first > 0 and queued > 0 and sched >= queued and first >= sched and last >= first
+    engine = engine_ordered(queued, sched, first, last)
     return {
         "queue": _s(sched - queued) if engine else None,
         "prefill": _s(first - sched) if engine else None,
