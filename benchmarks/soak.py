@@ -36,7 +36,7 @@ queue empty, counts unchanged), then `vllm:request_success_total` by `finished_r
 compared exactly with what the client saw: `stop`/`length` from the finish reason of every
 completed request (an `n` > 1 request is one request), `abort` = cut streams, `error` = the
 requests that failed after reaching the engine (500s and stream error events; a 503 is counted
-only when the server had already registered the request: "cannot reach the engine"; 4xx
+only when the server had already registered the request: `ENGINE_LOST_AT_HANDOVER`; 4xx
 and the other 503s are refused before they reach it and are not counted).
 
 Reported: requests by outcome, the counts and whether they are exact, RSS of the API and
@@ -70,6 +70,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.serving.server_process import ManagedServer, free_port  # noqa: E402 (after the path is set)
+from otel_llm.server.api.serving import ENGINE_LOST_AT_HANDOVER  # noqa: E402
 from otel_llm.server.demo import scrape  # noqa: E402
 from otel_llm.server.engine_process import engine_pids  # noqa: E402
 
@@ -114,10 +115,10 @@ class Outcome:
 
 def _counted_as_error(status: int, message: str) -> bool:
     """Whether the server counts a 5xx as a request finished with `error` (`OpenAIServing._serve`):
-    yes when it had registered the request (500: the engine died under it; 503 "cannot reach the
-    engine": it died as the request was handed over), no for the 503 of a server that already
+    yes when it had registered the request (500: the engine died under it; 503 with
+    `ENGINE_LOST_AT_HANDOVER`: it died as the request was handed over), no for the 503 of a server that already
     knew its engine was gone (refused before registration, like a 4xx)."""
-    return status != 503 or "cannot reach the engine" in message
+    return status != 503 or ENGINE_LOST_AT_HANDOVER in message
 
 
 def classify(o: Outcome, kill_s: float | None, restarted_s: float | None) -> str:

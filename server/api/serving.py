@@ -47,6 +47,8 @@ SSE_DONE = "data: [DONE]\n\n"
 # What a client is told when the engine dies; why it died (an exit code, a hang) is for the log only.
 ENGINE_STOPPED = "the engine is not running (it stopped; it may be restarting): retry later"
 ENGINE_STOPPED_SERVING = "the engine stopped while serving this request: retry it"
+# the engine stopped as the request was handed to it: registered, so counted as `error`, unlike ENGINE_STOPPED
+ENGINE_LOST_AT_HANDOVER = "the engine stopped as this request was handed to it: retry it"
 _INLINE_TOKENIZE_CHARS = 4096  # longer prompts are tokenized off the event loop (~1 ms of tokenizer per 4 KiB)
 
 
@@ -250,7 +252,7 @@ class OpenAIServing:
             if rid > 0:
                 self.tel.fail(rid, FinishReason.ERROR)
             logger.warning("request %s: the engine is not running: %s", p.request_id, exc)
-            raise OpenAIError(503, ENGINE_STOPPED, code="engine_dead") from None
+            raise OpenAIError(503, ENGINE_LOST_AT_HANDOVER, code="engine_dead") from None
         except Exception:  # nothing may stay registered: the request is finished as an error, counted
             if rid > 0:
                 self.tel.fail(rid, FinishReason.ERROR)

@@ -32,3 +32,16 @@ def test_short_soak_counts_exactly_through_an_engine_kill_and_backend_outages():
     assert requests["5xx_otherwise"] == 0 and requests["transport_errors"] == 0, report["failures_outside_restart"]
     assert report["targets"]["hostile_all_4xx"], report["hostile"]
     assert report["targets"]["metrics_parse_and_never_go_backwards"], report["metrics_scrapes"]
+
+
+def test_the_soak_tells_a_503_the_server_counted_from_one_it_refused():
+    """The rare race of CI stop 42: the engine died between the server's liveness check and the
+    hand-over, so the request was registered and counted `error`; its 503 must say so."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.soak import _counted_as_error
+    from otel_llm.server.api.serving import ENGINE_LOST_AT_HANDOVER, ENGINE_STOPPED
+
+    # the openai client's APIStatusError.message: "Error code: 503 - {body}"
+    assert _counted_as_error(503, f"Error code: 503 - {{'message': '{ENGINE_LOST_AT_HANDOVER}'}}")
+    assert not _counted_as_error(503, f"Error code: 503 - {{'message': '{ENGINE_STOPPED}'}}")
+    assert _counted_as_error(500, "Error code: 500 - the engine stopped while serving this request: retry it")
