@@ -18,6 +18,12 @@ nothing is added to the engine.
 `--model null` has no forward pass, so its figures are the engine loop's alone.
 A warm-up request runs first, untimed.
 
+`--lane-ab ROUNDS`: the cost of the engine lane (`StepLane` on every step record). Two engines, one
+with the lane and one without, run the same batch alternately ROUNDS times each (the order flips every
+round); reported per side: the median over rounds of the mean engine-loop ms per step (wall minus the
+runner's) and of the mean step wall ms, and `lane_loop_cost_pct`, `lane_step_cost_pct`: on vs off
+(the issue's target: loop cost <= 2 %).
+
 Usage: python benchmarks/engine_bench.py --model null --concurrency 256 --prompt-len 256 --output-len 256
 (progress on stderr, one JSON object on stdout)
 """
@@ -72,7 +78,7 @@ def build_engine(args) -> LLMEngine:
         model=args.model, device=args.device, dtype=args.dtype, max_num_seqs=args.concurrency,
         max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
         num_kv_blocks=(args.concurrency + 1) * blocks_per_seq, max_model_len=max_model_len,
-        log_stats=args.log_stats, num_threads=args.num_threads,
+        log_stats=args.log_stats, num_threads=args.num_threads, engine_lane=args.engine_lane,
     ))
 
 
@@ -150,6 +156,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads (default: the engine's)")
     parser.add_argument("--log-stats", action=argparse.BooleanOptionalAction, default=True,
                         help="the engine's step telemetry (the server's default: on)")
+    parser.add_argument("--engine-lane", action=argparse.BooleanOptionalAction, default=True,
+                        help="the engine lane on every step record (the server's default: on)")
+    parser.add_argument("--lane-ab", type=int, default=0, metavar="ROUNDS",
+                        help="measure the lane's cost: lane on vs off, alternating, ROUNDS runs each")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.num_requests = args.num_requests or args.concurrency
@@ -159,8 +169,47 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def lane_ab(args) -> dict:
+    """The lane's cost: on vs off, alternating rounds on two engines (see the module docstring)."""
+    engines = {}
+    for on in (True, False):
+        args.engine_lane = on
+        engine = build_engine(args)
+        timer = TimedRunner(engine.runner)
+        run(engine, timer, prompts(engine, 1, min(args.prompt_len, 16), args.seed + 1), min(args.output_len, 4))
+        engines[on] = (engine, timer)
+    batch = prompts(engines[True][0], args.num_requests, args.prompt_len, args.seed)
+    loop: dict[bool, list[float]] = {True: [], False: []}
+    wall: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(args.lane_ab):
+        for on in ((True, False) if r % 2 == 0 else (False, True)):
+            engine, timer = engines[on]
+            steps = run(engine, timer, batch, args.output_len)["steps"]
+            loop[on].append(statistics.fmean(w - t for w, t, _ in steps))
+            wall[on].append(statistics.fmean(w for w, _, _ in steps))
+        log(f"round {r + 1}/{args.lane_ab}: loop ms/step on {loop[True][-1] * 1e3:.4f}, off {loop[False][-1] * 1e3:.4f}")
+
+    def side(on: bool) -> dict:
+        return {"loop_ms_per_step": round(statistics.median(loop[on]) * 1e3, 4),
+                "step_ms": round(statistics.median(wall[on]) * 1e3, 4)}
+
+    on, off = side(True), side(False)
+    return {
+        "lane_on": on, "lane_off": off,
+        "lane_loop_cost_pct": round((on["loop_ms_per_step"] / off["loop_ms_per_step"] - 1) * 100, 2),
+        "lane_step_cost_pct": round((on["step_ms"] / off["step_ms"] - 1) * 100, 2),
+        "rounds": args.lane_ab,
+        "config": {"model": args.model, "device": args.device, "concurrency": args.concurrency,
+                   "prompt_len": args.prompt_len, "output_len": args.output_len, "num_requests": args.num_requests,
+                   "torch_threads": torch.get_num_threads()},
+    }
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.lane_ab:
+        print(json.dumps(lane_ab(args), indent=2))
+        return
     engine = build_engine(args)
     timer = TimedRunner(engine.runner)
     log(f"{args.model} on {args.device}: warm-up")

@@ -110,6 +110,12 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "_idle_before_evict_seconds, _reuse_gap_seconds) over a sample of the blocks")
     serve.add_argument("--kv-cache-metrics-sample", type=positive_float, default=0.01, metavar="RATE",
                        help="with --kv-cache-metrics: the fraction of KV blocks sampled, in (0, 1] (default 0.01)")
+    serve.add_argument("--enable-mfu-metrics", action="store_true",
+                       help="vLLM's estimated FLOPs and memory traffic per GPU (vllm:estimated_flops_per_gpu_total, "
+                            "_read_bytes_per_gpu_total, _write_bytes_per_gpu_total), from the model's shape per step")
+    serve.add_argument("--engine-lane", action=argparse.BooleanOptionalAction, default=True,
+                       help="every engine step as telemetry: its start, forward time, tokens, batch and why the "
+                            "queue waits (default on; --no-engine-lane leaves it out)")
     serve.add_argument("--slo-config", default=None, metavar="FILE",
                        help="SLO objectives (YAML; see docs/slo.md): each finished request is judged against "
                             "them and counted in otel_llm_slo_requests_total{missed} (goodput); the same file "
@@ -209,7 +215,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         model=args.model, dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
         block_size=args.block_size, max_model_len=args.max_model_len, seed=args.seed,
-        log_stats=not args.disable_log_stats, num_threads=args.engine_threads,
+        log_stats=not args.disable_log_stats, num_threads=args.engine_threads, engine_lane=args.engine_lane,
         kv_cache_metrics_sample=args.kv_cache_metrics_sample if args.kv_cache_metrics else 0.0,
         null_step_s=(args.null_step_ms or 0.0) / 1e3,
     )
@@ -228,7 +234,7 @@ def config_from_args(args: argparse.Namespace, environ=os.environ) -> ServerConf
         api_key=args.api_key if args.api_key is not None else environ.get("OTEL_LLM_API_KEY") or None,
         tls=tls_config(args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file),
         slo=None if args.slo_config is None else load_slo_config(args.slo_config),
-        return_timings=args.return_timings,
+        return_timings=args.return_timings, mfu_metrics=args.enable_mfu_metrics,
     )
 
 

@@ -40,6 +40,7 @@ class ServerConfig:
     engine_heartbeat_timeout_s: float = 30.0  # an engine not heard from for this long is hung
     # telemetry (on/off is engine.log_stats)
     log_stats_interval_s: float = 10.0
+    mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: the vllm:estimated_*_per_gpu counters
     metrics_compat: str = "vllm"
     custom_histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)  # parse_specs' result
     show_hidden_metrics_for_version: str | None = None

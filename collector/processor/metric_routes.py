@@ -122,9 +122,11 @@ def _merged(items) -> tuple[tuple[str, str], ...]:
 
 def collector_profile(name: str) -> Profile:
     """The profile's table as a collector applies it: with the speculative-decoding families for every
-    draft position a server may have, the KV residency histograms and goodput (a server sends them only
-    where it uses speculative decoding, `--kv-cache-metrics` or SLO objectives)."""
-    return get_profile(name, num_speculative_tokens=MAX_SPEC_POSITIONS, kv_cache_metrics=True, goodput=True)
+    draft position a server may have, the KV residency histograms, goodput and the MFU estimates (a server
+    sends them only where it uses speculative decoding, `--kv-cache-metrics`, SLO objectives or
+    `--enable-mfu-metrics`)."""
+    return get_profile(name, num_speculative_tokens=MAX_SPEC_POSITIONS, kv_cache_metrics=True, goodput=True,
+                       mfu_metrics=True)
 
 
 class Placement(NamedTuple):

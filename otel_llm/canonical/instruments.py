@@ -59,6 +59,7 @@ DIMENSIONS = {
 SPEC_DECODE = "otel_llm.spec_decode."  # the speculative-decoding instruments' prefix: shown only where it is in use
 KV_BLOCK = "otel_llm.kv_block."  # the KV residency histograms' prefix: shown only with --kv-cache-metrics
 SLO = "otel_llm.slo."  # goodput's prefix: shown only with an SLO configuration
+PERF = "otel_llm.engine.estimated_"  # vLLM's MFU estimates' prefix: shown only with --enable-mfu-metrics
 
 
 def request_series(operation: int, stream: bool) -> int:
@@ -176,6 +177,9 @@ def instrument_table(max_model_len: int) -> dict[str, Instrument]:
         Instrument("otel_llm.lora.requests", C, "{request}", "Requests that arrived naming a LoRA adapter, by adapter (attribute otel_llm.lora.adapter)."),
         Instrument("otel_llm.telemetry.dropped", C, "{record}", "Telemetry records dropped as invalid (unknown request, out of order, bad value)."),
         Instrument("otel_llm.slo.requests", C, "{request}", "Finished requests judged against their SLO objectives, by the objectives they missed (none: met every one; their rate is the goodput).", dims=op + ("otel_llm.slo.missed",)),
+        Instrument("otel_llm.engine.estimated_flops", C, "{operation}", "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations)."),
+        Instrument("otel_llm.engine.estimated_read_bytes", C, "By", "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
+        Instrument("otel_llm.engine.estimated_write_bytes", C, "By", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations)."),
         Instrument("otel_llm.admission.rejections", C, "{request}", "Number of admission attempts rejected by a queue limit, by reason.", dims=("otel_llm.rejection_reason",)),
     ]
     return {i.name: i for i in table}

@@ -19,7 +19,7 @@ import numpy as np
 from otel_llm.engine.clock import ANCHOR_MONO_NS, ANCHOR_WALL_NS
 from otel_llm.engine.kv_residency import KVEvictions
 from otel_llm.engine.step import (
-    MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepRecord, ones_i4,
+    MAX_SPEC_POSITIONS, EventKind, FinishReason, SchedulerSnapshot, SpecDecodingStats, StepLane, StepRecord, ones_i4,
     outputs_only_record,
 )
 
@@ -55,6 +55,7 @@ class StepRecorder:
         self._fin_reason: list[int] = []
         self._fin_max: list[int] = []
         self._snapshot: SchedulerSnapshot | None = None
+        self._lane: StepLane | None = None
         self._all_one = True
 
     def _event(self, rid: int, kind: EventKind, value: int = 0) -> None:
@@ -142,6 +143,11 @@ class StepRecorder:
         if self.enabled:
             self._snapshot = snapshot
 
+    def lane(self, lane: StepLane) -> None:
+        """Attach the step itself (the engine lane: `StepLane`)."""
+        if self.enabled:
+            self._lane = lane
+
     def end_step(self, num_computed_prompt_tokens: int = 0) -> StepRecord | None:
         """Close the step: one timestamp for all its outputs. Returns None when disabled."""
         if not self.enabled:
@@ -170,6 +176,7 @@ class StepRecorder:
             spec,
             external,
             kv,
+            self._lane,
         )
         self._reset()
         return rec
@@ -191,8 +198,8 @@ class StepRecorder:
         if (self._all_one and len(self._out_rid) == 1 and not self._ev_rid and not self._fin_rid
                 and self._snapshot is None and not self._extended):  # steady decode: no record built
             data = outputs_only_record(self._clock(), self.anchor_wall_ns, self.anchor_mono_ns,
-                                       num_computed_prompt_tokens, self._out_rid[0])
-            self._out_rid, self._out_n = [], []  # all that such a step filled (see `_reset`)
+                                       num_computed_prompt_tokens, self._out_rid[0], self._lane)
+            self._out_rid, self._out_n, self._lane = [], [], None  # all that such a step filled (see `_reset`)
             return data
         rec = self.end_step(num_computed_prompt_tokens)
         return rec.to_bytes() if rec is not None else None

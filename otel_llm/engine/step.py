@@ -5,10 +5,12 @@ A `StepRecord` is columnar. It crosses a process boundary as one `bytes` object
 per-token Python object is ever pickled or built. Layout (little endian):
 
     header  (struct `_HEADER`):
-        magic u32, version u16, flags u16 (1: snapshot, 2: every output is 1 token, 4: extension), step_ts_ns i64,
-        anchor_wall_ns i64, anchor_mono_ns i64, num_computed_prompt_tokens i64, n_events u32, n_outputs u32, n_finished u32,
+        magic u32, version u16, flags u16 (1: snapshot, 2: every output is 1 token, 4: extension, 8: lane),
+        step_ts_ns i64, anchor_wall_ns i64, anchor_mono_ns i64, num_computed_prompt_tokens i64, n_events u32,
+        n_outputs u32, n_finished u32,
         snapshot: running i32, waiting i32, kv_usage f64, prefix_queries i64,
                   prefix_hits i64, preemptions i64
+    lane     (only with flag 8; struct `_LANE`, fixed size `LANE_SIZE`, see `StepLane`)
     events   : rid i64[n_events], ts_ns i64[n_events], value i64[n_events], kind u8[n_events]
     outputs  : rid i64[n_outputs], num_new_tokens i32[n_outputs] (absent when flag 2 says all are 1)
     finished : rid i64[n_finished], max_seq_tokens i32[n_finished], reason u8[n_finished]
@@ -30,10 +32,17 @@ started, so the frontend can turn engine timestamps into epoch ns for spans. The
 since the previous snapshot (tokens, tokens, requests); the extension's first three fields are the
 snapshot's and count only with flag 1. The spec decoding sums are this step's.
 
+The lane (`StepLane`) is the step itself as the engine lane shows it: when it started, its forward
+pass, its tokens and batch, and the scheduler's state after it. Fixed-size and right after the header,
+so the steady decode step keeps its fast path with it (`outputs_only_header` gives its offset).
+
 The extension carries what only some engines have (deferred waiting requests, a KV
 connector's prefix cache, speculative decoding, sampled KV block residency). It is written only when there is
 some, so a record without it is byte for byte the original format, and the steady
 decode step (flags == 2, see `outputs_only_header`) never has one.
+
+Size: one wire format: the layout, the encoder, the decoder and the steady step's fast path must agree
+byte for byte, so they are one file.
 """
 
 from __future__ import annotations
@@ -53,8 +62,17 @@ _HEADER = struct.Struct("<IHHqqqqIIIiidqqq")
 _PREFIX = struct.Struct("<IHHqqqqIII")  # the header up to the counts
 _EXTENSION = struct.Struct("<iqqqqqHH")
 _KV_COUNTS = struct.Struct("<II")
+_LANE = struct.Struct("<qqiiiiiidqqqBBxxxxxx")
 HEADER_SIZE = _HEADER.size
-_SNAPSHOT, _ALL_ONE, _EXTENDED = 1, 2, 4  # header flags
+LANE_SIZE = _LANE.size
+# The lane's bytes as a numpy record (readers decode many at once); fields as `StepLane`'s.
+LANE_DTYPE = np.dtype({"names": ["start_ns", "forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running",
+                                 "waiting", "preemptions", "kv_usage", "flops", "read_bytes", "write_bytes", "blocked",
+                                 "forward_source"],
+                       "formats": ["<i8", "<i8", "<i4", "<i4", "<i4", "<i4", "<i4", "<i4", "<f8", "<i8", "<i8", "<i8",
+                                   "u1", "u1"],
+                       "offsets": [0, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 72, 73], "itemsize": _LANE.size})
+_SNAPSHOT, _ALL_ONE, _EXTENDED, _HAS_LANE = 1, 2, 4, 8  # header flags
 _SPEC_PART, _EXTERNAL_PART, _KV_PART = 1, 2, 4  # extension parts
 MAX_SPEC_POSITIONS = 16  # draft positions kept per step (the `otel_llm.spec_decode.position` vocabulary)
 _WIRE_POSITIONS = MAX_SPEC_POSITIONS + 1  # one past the bound travels, so the frontend can count the overflow
@@ -112,6 +130,52 @@ class SpecDecodingStats(NamedTuple):
     accepted_per_pos: np.ndarray
 
 
+class Blocked(IntEnum):
+    """Why the head of the waiting queue was not scheduled in a step (the lane's `blocked`)."""
+
+    NONE = 0  # nothing waits, or everything waiting was scheduled
+    SLOTS = 1  # the batch is full (max_num_seqs)
+    KV = 2  # not enough free KV-cache blocks
+    TOKENS = 3  # the step's token budget (max_num_batched_tokens) is spent
+    OTHER = 4  # deferred (LoRA budget, KV transfer) or unknown
+
+
+class ForwardSource(IntEnum):
+    """What measured a lane's `forward_ns`."""
+
+    NONE = 0  # not measured (forward_ns is 0)
+    HOST = 1  # host time of the forward call (CPU)
+    CUDA = 2  # device time between two CUDA events, read after the step's own sync
+
+
+class StepLane(NamedTuple):
+    """One engine step as the engine lane shows it. Times are the engine's monotonic ns; the step
+    ends at the record's `step_ts_ns`. `flops`, `read_bytes`, `write_bytes`: vLLM 0.32's per-GPU
+    estimates (`vllm/v1/metrics/perf.py`; 0 when the engine does not estimate them)."""
+
+    start_ns: int
+    forward_ns: int
+    prefill_tokens: int  # prompt (and recomputed) tokens computed this step
+    decode_tokens: int  # tokens computed by decoding sequences
+    num_requests: int  # requests in the batch
+    running: int  # after the step
+    waiting: int
+    preemptions: int  # requests preempted this step
+    kv_usage: float  # 0..1, after the step
+    flops: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    blocked: int = Blocked.NONE
+    forward_source: int = ForwardSource.NONE
+
+    def pack(self) -> bytes:
+        return _LANE.pack(*self)
+
+    @classmethod
+    def unpack_from(cls, data, offset: int = HEADER_SIZE) -> "StepLane":
+        return cls(*_LANE.unpack_from(data, offset))
+
+
 class StepRecord(NamedTuple):
     """One engine step, columnar. Arrays are read-only views when decoded from bytes.
 
@@ -137,11 +201,12 @@ class StepRecord(NamedTuple):
     spec_decoding: SpecDecodingStats | None = None
     event_external: np.ndarray | None = None  # int64 per event: KV-connector hit tokens for SCHEDULED; None: all 0
     kv_evictions: KVEvictions | None = None  # sampled KV blocks evicted this step (--kv-cache-metrics)
+    lane: StepLane | None = None  # the step itself (the engine lane)
 
     def to_bytes(self) -> bytes:
         s = self.snapshot
         n_out = len(self.output_rid)
-        flags = (s is not None) | (self.outputs_all_one << 1)
+        flags = (s is not None) | (self.outputs_all_one << 1) | (_HAS_LANE if self.lane is not None else 0)
         if self.spec_decoding is not None or self.event_external is not None or self.kv_evictions is not None or (
                 s is not None and
                 (s.waiting_deferred or s.external_prefix_queries or s.external_prefix_hits)):
@@ -153,7 +218,7 @@ class StepRecord(NamedTuple):
             *((s.running, s.waiting, s.kv_usage, s.prefix_queries, s.prefix_hits, s.preemptions)
               if s is not None else (0, 0, 0.0, 0, 0, 0)),
         )
-        parts = [header]
+        parts = [header] if self.lane is None else [header, self.lane.pack()]
         if len(self.event_rid):
             parts += [_raw(self.event_rid, "<i8"), _raw(self.event_ts_ns, "<i8"), _raw(self.event_value, "<i8"),
                       _raw(self.event_kind, "u1")]
@@ -197,7 +262,10 @@ class StepRecord(NamedTuple):
         if magic != _MAGIC or version != _VERSION:
             raise ValueError(f"not a step record (magic {magic:#x}, version {version})")
         all_one = bool(flags & _ALL_ONE)
-        expected = _HEADER.size + n_ev * 25 + n_out * (8 if all_one else 12) + n_fin * 13
+        off = _HEADER.size + (_LANE.size if flags & _HAS_LANE else 0)
+        if len(data) < off:
+            raise ValueError(f"step record too short for its lane: {len(data)} bytes")
+        expected = off + n_ev * 25 + n_out * (8 if all_one else 12) + n_fin * 13
         ext = None
         if flags & _EXTENDED:
             if len(data) < expected + _EXTENSION.size:
@@ -216,7 +284,7 @@ class StepRecord(NamedTuple):
                 expected = kv_at + 16 * n_kv + 8 * n_gaps
         if len(data) != expected:
             raise ValueError(f"step record is {len(data)} bytes, header says {expected}")
-        off = _HEADER.size
+        lane = StepLane.unpack_from(data) if flags & _HAS_LANE else None
         if n_ev:
             ev_rid, ev_ts, ev_val = np.frombuffer(data, "<i8", 3 * n_ev, off).reshape(3, n_ev)
             ev_kind = np.frombuffer(data, "u1", n_ev, off + 24 * n_ev)
@@ -255,30 +323,35 @@ class StepRecord(NamedTuple):
                 kv_ev = KVEvictions(arrays[:n_kv], arrays[n_kv:2 * n_kv], arrays[2 * n_kv:])
         return cls(
             step_ts, a_wall, a_mono, n_prompt, ev_rid, ev_ts, ev_val, ev_kind, out_rid, out_n,
-            fin_rid, fin_reason, fin_max, snapshot, all_one, spec, ev_ext, kv_ev,
+            fin_rid, fin_reason, fin_max, snapshot, all_one, spec, ev_ext, kv_ev, lane,
         )
 
 
 def outputs_only_record(step_ts_ns: int, anchor_wall_ns: int, anchor_mono_ns: int, num_computed_prompt_tokens: int,
-                        output_rid: np.ndarray) -> bytes:
+                        output_rid: np.ndarray, lane: StepLane | None = None) -> bytes:
     """`StepRecord.to_bytes` of a step holding only single-token outputs `output_rid` (no events,
-    finishes, snapshot or extension): the steady decode step, encoded without building a record."""
-    return b"".join((_HEADER.pack(_MAGIC, _VERSION, _ALL_ONE, step_ts_ns, anchor_wall_ns, anchor_mono_ns,
-                                  num_computed_prompt_tokens, 0, len(output_rid), 0, 0, 0, 0.0, 0, 0, 0),
-                     _raw(output_rid, "<i8")))
+    finishes, snapshot or extension; a lane or not): the steady decode step, encoded without building
+    a record."""
+    header = _HEADER.pack(_MAGIC, _VERSION, _ALL_ONE if lane is None else _ALL_ONE | _HAS_LANE, step_ts_ns,
+                          anchor_wall_ns, anchor_mono_ns, num_computed_prompt_tokens, 0, len(output_rid), 0,
+                          0, 0, 0.0, 0, 0, 0)
+    if lane is None:
+        return b"".join((header, _raw(output_rid, "<i8")))
+    return b"".join((header, _LANE.pack(*lane), _raw(output_rid, "<i8")))
 
 
-def outputs_only_header(data: bytes) -> tuple[int, int, int, int] | None:
-    """(step_ts_ns, anchor_wall_ns, anchor_mono_ns, num_computed_prompt_tokens) when `data` is a
-    record holding only single-token outputs, so that its body is exactly the output rid bytes;
-    None otherwise (then decode it with `StepRecord.from_bytes`)."""
+def outputs_only_header(data: bytes) -> tuple[int, int, int, int, int] | None:
+    """(step_ts_ns, anchor_wall_ns, anchor_mono_ns, num_computed_prompt_tokens, body offset) when
+    `data` is a record holding only single-token outputs (and maybe a lane, then at `HEADER_SIZE`),
+    so that its body, from the offset on, is exactly the output rid bytes; None otherwise (then decode
+    it with `StepRecord.from_bytes`)."""
     if len(data) < _HEADER.size:
         return None
     magic, version, flags, ts, wall, mono, n_prompt, n_ev, n_out, n_fin = _PREFIX.unpack_from(data, 0)
-    if (magic != _MAGIC or version != _VERSION or flags != 2 or n_ev or n_fin
-            or len(data) != _HEADER.size + 8 * n_out):
+    body = _HEADER.size if flags == _ALL_ONE else _HEADER.size + _LANE.size if flags == _ALL_ONE | _HAS_LANE else 0
+    if magic != _MAGIC or version != _VERSION or not body or n_ev or n_fin or len(data) != body + 8 * n_out:
         return None
-    return ts, wall, mono, n_prompt
+    return ts, wall, mono, n_prompt, body
 
 
 def _raw(arr: np.ndarray, dtype: str):

@@ -37,7 +37,7 @@ from otel_llm.canonical.cardinality import (
 )
 from otel_llm.canonical.instruments import (
     ADAPTER_ATTRIBUTE, CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, KV_BLOCK, LORA_INFO,
-    LORA_REQUESTS, MODEL_ATTRIBUTE, PROVIDER_ATTRIBUTE, SLO, SPEC_DECODE, Instrument, Kind,
+    LORA_REQUESTS, MODEL_ATTRIBUTE, PERF, PROVIDER_ATTRIBUTE, SLO, SPEC_DECODE, Instrument, Kind,
 )
 from otel_llm.frontend.lora import LoraSnapshot
 
@@ -104,6 +104,8 @@ def to_metrics(tel) -> list[Metric]:
         elif inst.kind is Kind.COUNTER:
             if name.startswith(SLO) and tel.config.slo is None:
                 continue  # goodput: only where objectives are configured
+            if name.startswith(PERF) and not tel.config.mfu_metrics:
+                continue  # --enable-mfu-metrics off: not declared (vLLM's rule)
             c = snap.counters[name]
             if not c.any() and name.startswith(SPEC_DECODE) and not tel.config.num_speculative_tokens:
                 continue  # no speculative decoding here: no zero spec-decode points (vLLM declares none)

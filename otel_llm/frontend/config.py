@@ -55,6 +55,7 @@ class TelemetryConfig:
     cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT
     num_speculative_tokens: int = 0  # vLLM's: > 0 shows the vllm:spec_decode_* families, positions 0..k-1
     kv_cache_metrics: bool = False  # vLLM's --kv-cache-metrics: shows the vllm:kv_block_* residency histograms
+    mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: shows the vllm:estimated_*_per_gpu counters
     # vLLM-Omni: (stage, replica) of this engine in a multi-stage pipeline; its vllm:* families then carry
     # `stage` and `replica` instead of `engine` (`Profile.stage_replica`; see otel_llm/pipeline/telemetry.py)
     stage_replica: tuple[str, str] | None = None
@@ -100,4 +101,4 @@ class TelemetryConfig:
         its base labels are (model, stage, replica) instead of (model, engine) (vLLM-Omni's reshape)."""
         return get_profile(name or self.metrics_compat, self.max_model_len, self.histogram_buckets,
                            self.show_hidden_metrics_for_version, self.num_speculative_tokens, self.kv_cache_metrics,
-                           self.stage_replica is not None, self.slo is not None)
+                           self.stage_replica is not None, self.slo is not None, self.mfu_metrics)

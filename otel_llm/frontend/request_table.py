@@ -286,11 +286,11 @@ class RequestTable:
             sched = kind == _SCHEDULED
             self._prompt_split(s[sched], val[sched], None if ext is None else ext[i][sched])
 
-    def apply_steady(self, data: bytes, ts: int, num_computed_prompt_tokens: int) -> bool:
+    def apply_steady(self, data: bytes, ts: int, num_computed_prompt_tokens: int, body: int = _HEADER_SIZE) -> bool:
         """The steady decode step: `data` (a step record, see `step.outputs_only_header`) whose body
-        is exactly the previous output step's rids, one token each. Costs one bytes compare and
-        two histogram updates whatever the batch size. False: not that; apply the full record."""
-        if self.n_run * 8 + _HEADER_SIZE != len(data) or not self._prev_key or not data.endswith(self._prev_key):
+        (from offset `body`) is exactly the previous output step's rids, one token each. Costs one bytes
+        compare and two histogram updates whatever the batch size. False: not that; apply the full record."""
+        if self.n_run * 8 + body != len(data) or not self._prev_key or not data.endswith(self._prev_key):
             return False
         self._advance(ts, self.n_run, self.n_run)
         self._step_tokens(num_computed_prompt_tokens + self.n_run)

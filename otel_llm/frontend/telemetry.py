@@ -20,10 +20,11 @@ import time
 from otel_llm.canonical.instruments import DIMENSIONS, request_series
 from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
 from otel_llm.engine.clock import ANCHOR_MONO_NS, ANCHOR_WALL_NS
-from otel_llm.engine.step import FinishReason, StepRecord, outputs_only_header
+from otel_llm.engine.step import HEADER_SIZE, FinishReason, StepRecord, outputs_only_header
 from otel_llm.export.exposition import Renderer, Source
 from otel_llm.export.otlp_traces import resolve_tracer_provider
 from otel_llm.frontend.config import TelemetryConfig
+from otel_llm.frontend.engine_lane import EngineLane
 from otel_llm.frontend.lora import LoraRequests, LoraSnapshot
 from otel_llm.frontend.request import RequestInfo
 from otel_llm.frontend.request_spans import RequestTracer, capture_content_from_env
@@ -71,6 +72,7 @@ class Telemetry:
             if provider is not None else None
         # First tokens and finishes are folded in batches (and before every read), or one by one with spans.
         self.table = RequestTable(self.metrics, fold_batch=1 if self.tracer is not None else FOLD_BATCH)
+        self.lane = EngineLane(self.metrics)  # the engine's latest steps (records with a lane)
         if config.slo is not None:
             self.table.goodput = Goodput(config.slo, config.model_name)
             if not self.table.goodput.any:
@@ -113,8 +115,10 @@ class Telemetry:
             head = outputs_only_header(step)
             if head is not None and head[1:3] == self._engine_anchor:
                 with self._lock:
-                    if self.table.apply_steady(step, head[0], head[3]):
+                    if self.table.apply_steady(step, head[0], head[3], head[4]):
                         self.computed_prompt_tokens += head[3]
+                        if head[4] != HEADER_SIZE:  # the lane, right after the header
+                            self.lane.add(head[0], step)
                         return
         try:
             rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
@@ -127,6 +131,11 @@ class Telemetry:
             self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
             self.computed_prompt_tokens += rec.num_computed_prompt_tokens
             finished = self.table.apply(rec, now)
+            if rec.lane is not None:
+                if isinstance(step, StepRecord):
+                    self.lane.add(rec.step_ts_ns, rec.lane.pack(), 0)
+                else:
+                    self.lane.add(rec.step_ts_ns, step)
             lora = self.lora
             if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
                 lora.step(rec, (self.anchor[0] + now - self.anchor[1]) / 1e9)
@@ -223,6 +232,7 @@ class Telemetry:
 
     def _fold(self) -> None:
         """Fold what the table keeps into the aggregates (under the lock; see `RequestTable.fold`)."""
+        self.lane.fold()
         finished = self.table.fold()
         if finished is not None:
             self.triton.on_finished(finished)
@@ -233,7 +243,7 @@ class Telemetry:
     def snapshot(self) -> MetricsSnapshot:
         with self._lock:
             self._fold()
-            self.metrics.counters["otel_llm.telemetry.dropped"][0] = sum(self.table.dropped.values())
+            self.metrics.counters["otel_llm.telemetry.dropped"][0] = sum(self.table.dropped.values()) + self.lane.dropped
             return self.metrics.snapshot(time.time_ns())
 
     def lora_snapshot(self) -> LoraSnapshot | None:

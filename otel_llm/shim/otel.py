@@ -15,7 +15,7 @@ def prometheus_name(inst: I.Instrument) -> str:
 
 
 def otel_profile(table: dict[str, I.Instrument], custom: dict[str, tuple[float, ...]], spec_decode: bool,
-          kv_cache_metrics: bool = False) -> Profile:
+          kv_cache_metrics: bool = False, mfu_metrics: bool = False) -> Profile:
     error_type = {"otel_llm.finish_reason": ("error_type", lambda r: r if r in ("abort", "error") else None)}
     fams = []
     for inst in table.values():
@@ -25,6 +25,8 @@ def otel_profile(table: dict[str, I.Instrument], custom: dict[str, tuple[float, 
             continue  # no speculative decoding configured (as the `vllm` profile, and OTLP while they are 0)
         if inst.name.startswith(I.KV_BLOCK) and not kv_cache_metrics:
             continue  # --kv-cache-metrics off (as the `vllm` profile and OTLP)
+        if inst.name.startswith(I.PERF) and not mfu_metrics:
+            continue  # --enable-mfu-metrics off (as the `vllm` profile and OTLP)
         if inst.name.startswith(I.SLO):
             continue  # goodput: only with SLO objectives (`profiles.goodput_family`)
         labels: LabelMap = {d: (d.replace(".", "_"), same) for d in inst.dims}

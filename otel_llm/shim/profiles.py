@@ -32,25 +32,28 @@ PROFILE_NAMES = ("vllm", "otel", "sglang", "tgi", "triton")
 
 def get_profile(name: str, max_model_len: int = 8192, custom: dict[str, tuple[float, ...]] | None = None,
                 hidden: str | None = None, num_speculative_tokens: int = 0, kv_cache_metrics: bool = False,
-                stage_replica: bool = False, goodput: bool = False) -> Profile:
+                stage_replica: bool = False, goodput: bool = False, mfu_metrics: bool = False) -> Profile:
     """A profile's table. `custom`: canonical histogram -> the operator's buckets (`vllm` and `otel`
     only: the other profiles copy servers with their own bucket flags); `hidden`: the
     `--show-hidden-metrics-for-version` value (`vllm` only); `num_speculative_tokens`: 0 leaves
     the spec-decode families out (`vllm`, `otel`); `kv_cache_metrics`: vLLM's `--kv-cache-metrics`
     residency histograms (`vllm`, `otel`); `stage_replica`: vLLM-Omni's reshape of the engine
     label into `stage` + `replica` (`vllm`, `otel`: the profiles whose base labels are model, engine);
-    `goodput`: with SLO objectives, `otel_llm_slo_requests` (every profile; no server has a name for it)."""
+    `goodput`: with SLO objectives, `otel_llm_slo_requests` (every profile; no server has a name for it);
+    `mfu_metrics`: vLLM's `--enable-mfu-metrics` estimates (`vllm`, `otel`)."""
     if goodput:
-        p = get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics, stage_replica)
+        p = get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics, stage_replica,
+                        mfu_metrics=mfu_metrics)
         return replace(p, families=(*p.families, goodput_family(p.name)))
     if stage_replica:
-        return replace(get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics),
-                       stage_replica=True)
+        return replace(get_profile(name, max_model_len, custom, hidden, num_speculative_tokens, kv_cache_metrics,
+                                   mfu_metrics=mfu_metrics), stage_replica=True)
     custom = custom or {}
     if name == "vllm":
-        return vllm_profile(custom, hidden, num_speculative_tokens, kv_cache_metrics)
+        return vllm_profile(custom, hidden, num_speculative_tokens, kv_cache_metrics, mfu_metrics)
     if name == "otel":
-        return otel_profile(I.instrument_table(max_model_len), custom, num_speculative_tokens > 0, kv_cache_metrics)
+        return otel_profile(I.instrument_table(max_model_len), custom, num_speculative_tokens > 0, kv_cache_metrics,
+                            mfu_metrics)
     if name == "sglang":
         return sglang_profile(max_model_len)
     if name == "tgi":

@@ -62,8 +62,15 @@ def _vllm_kv_residency(on: bool) -> tuple[ProfileFamily, ...]:
             ProfileFamily("otel_llm.kv_block.reuse_gap", "vllm:kv_block_reuse_gap_seconds")) if on else ()
 
 
+def _vllm_perf(on: bool) -> tuple[ProfileFamily, ...]:
+    """vLLM's `PerfMetricsProm` (`--enable-mfu-metrics`): declared only when it is on."""
+    return (ProfileFamily("otel_llm.engine.estimated_flops", "vllm:estimated_flops_per_gpu"),
+            ProfileFamily("otel_llm.engine.estimated_read_bytes", "vllm:estimated_read_bytes_per_gpu"),
+            ProfileFamily("otel_llm.engine.estimated_write_bytes", "vllm:estimated_write_bytes_per_gpu")) if on else ()
+
+
 def vllm_profile(custom: dict[str, tuple[float, ...]], hidden: str | None, num_speculative_tokens: int = 0,
-          kv_cache_metrics: bool = False) -> Profile:
+          kv_cache_metrics: bool = False, mfu_metrics: bool = False) -> Profile:
     reason = {"otel_llm.finish_reason": ("finished_reason", same)}
     fams = [
         ProfileFamily("otel_llm.scheduler.running", "vllm:num_requests_running"),
@@ -103,6 +110,7 @@ def vllm_profile(custom: dict[str, tuple[float, ...]], hidden: str | None, num_s
         ProfileFamily("otel_llm.request.prefill_kv_computed_tokens", "vllm:request_prefill_kv_computed_tokens"),
         *_vllm_spec_decode(num_speculative_tokens),
         *_vllm_kv_residency(kv_cache_metrics),
+        *_vllm_perf(mfu_metrics),
         ProfileFamily("otel_llm.cache_config.info", "vllm:cache_config_info"),
         ProfileFamily("otel_llm.lora.info", "vllm:lora_requests_info", help="Running stats on lora requests."),
         ProfileFamily("otel_llm.telemetry.dropped", "otel_llm_telemetry_dropped"),

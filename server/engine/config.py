@@ -25,6 +25,8 @@ class EngineConfig:
     snapshot_interval_s: at most one scheduler snapshot per interval (plus on
         the first step and when running/waiting turn to or from 0).
     log_stats: False turns the StepRecorder off (StepOutput.telemetry is None).
+    engine_lane: every step record carries the step itself (`StepLane`: start, forward time, tokens,
+        batch, why the queue waits, vLLM's FLOPs/bytes estimates); with log_stats only.
     num_threads: torch CPU threads (None: at most 2, leaving one core to the API process).
     null_step_s: the "null" model only: every step takes at least this long, as a GPU's forward
         pass would (0: as fast as the engine loop), so the frontend can be measured at a given
@@ -42,6 +44,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     snapshot_interval_s: float = 1.0
     log_stats: bool = True
+    engine_lane: bool = True
     seed: int = 0
     num_threads: int | None = None
     kv_cache_metrics_sample: float = 0.0  # vLLM's --kv-cache-metrics(-sample): KV blocks sampled for residency; 0: off

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from operator import attrgetter
 
 import torch
 
 from otel_llm.engine.kv_residency import KVResidencySampler
 from otel_llm.engine.recorder import StepRecorder
-from otel_llm.engine.step import FinishReason, SchedulerSnapshot
+from otel_llm.engine.step import FinishReason, ForwardSource, SchedulerSnapshot, StepLane
 
 from .block_manager import BlockManager
 from .config import EngineConfig
@@ -22,6 +23,7 @@ from .model import LlamaModel
 from .model_runner import ModelRunner
 from .null_runner import NullRunner
 from .outputs import RequestOutput, StepOutput
+from .perf import PerfEstimator
 from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
@@ -31,6 +33,7 @@ __all__ = ["EngineConfig", "LLMEngine", "RequestOutput", "StepOutput"]
 
 logger = logging.getLogger(__name__)
 
+_COMPUTED, _REQUEST = attrgetter("num_computed_tokens"), attrgetter("request")
 _CPU_KV_BUDGET_BYTES = 1 << 30
 _CUDA_KV_FRACTION = 0.5
 
@@ -66,9 +69,11 @@ class LLMEngine:
             )
         if loaded_model.weights is None:  # the "null" model: every step but the forward pass
             self.runner = NullRunner(config.null_step_s)
+            self.perf = None  # it computes nothing to estimate
         else:
             self.runner = ModelRunner(model_config, loaded_model.weights, self.max_model_len, device, dtype,
                                       config.seed)
+            self.perf = PerfEstimator.for_model(model_config, dtype)
         num_blocks = config.num_kv_blocks or _auto_num_blocks(config, model_config, self.max_model_len, device, dtype)
         if num_blocks * config.block_size < self.max_model_len:
             raise ValueError(
@@ -82,6 +87,7 @@ class LLMEngine:
                                           self.residency)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.recorder = StepRecorder(enabled=config.log_stats)
+        self.lane_on = config.log_stats and config.engine_lane
         self._requests: dict[int, Request] = {}
         self._aborts: list[int] = []
         self._last_snapshot_s: float | None = None
@@ -120,6 +126,7 @@ class LLMEngine:
 
     def step(self) -> StepOutput:
         """Schedule, run the model once, sample, detokenize, check stops; stamp telemetry."""
+        start_ns = time.monotonic_ns() if self.lane_on else 0
         outputs: list[RequestOutput] = []
         if self._aborts:
             self._finish_aborted(outputs)
@@ -128,6 +135,7 @@ class LLMEngine:
             self.recorder.preempted(request.rid)
         for request in sched.scheduled:
             self.recorder.scheduled(request.rid, request.num_cached_tokens if request.num_schedules == 1 else 0)
+        batch = self._batch(sched) if self.lane_on else None
         if sched.seqs:
             self._execute(sched, outputs)
         elif self.scheduler.waiting and not self.scheduler.running:
@@ -136,6 +144,8 @@ class LLMEngine:
             self._maybe_snapshot()
             if self.residency is not None:
                 self.recorder.kv_evictions(self.residency.drain())
+            if self.lane_on:
+                self.recorder.lane(self._lane(sched, start_ns, batch))
         return StepOutput(outputs, self.recorder.end_step_bytes(sched.num_prompt_tokens))
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams | None = None) -> list[str]:
@@ -284,6 +294,41 @@ class LLMEngine:
                 request.num_prompt_tokens, request.num_cached_tokens,
             ))
         self._finish_request(request, FinishReason.ERROR)
+
+    def _batch(self, sched: SchedulerOutput) -> tuple[int, int, int, int, int]:
+        """(prefill tokens, distinct requests, FLOPs, bytes read, bytes written) of the step about to run.
+        A sequence computing prompt positions, or several tokens at once, is prefilling (vLLM's rule);
+        the estimates are vLLM's, from the model's shape and each sequence's context after the step."""
+        seqs = sched.seqs
+        if not sched.num_prompt_tokens and len(seqs) == sum(sched.num_new_tokens):  # decode only: C-level sums
+            contexts = sum(map(_COMPUTED, seqs)) + len(seqs)  # each sequence's context after its one token
+            cost = self.perf.estimate(len(seqs), contexts, contexts) if self.perf is not None else (0, 0, 0)
+            return (0, len(set(map(_REQUEST, seqs))), *cost)
+        prefill = requests = 0
+        last = None
+        contexts, prefilling = [], []
+        for seq, n in zip(seqs, sched.num_new_tokens):
+            context = seq.num_computed_tokens + n
+            is_prefill = n > 1 or context <= seq.num_prompt_tokens
+            if is_prefill:
+                prefill += n
+            contexts.append(context)
+            prefilling.append(is_prefill)
+            if seq.request is not last:  # a request's sequences are contiguous in the schedule
+                requests += 1
+                last = seq.request
+        cost = self.perf.step(sched.num_new_tokens, contexts, prefilling) if self.perf is not None else (0, 0, 0)
+        return (prefill, requests, *cost)
+
+    def _lane(self, sched: SchedulerOutput, start_ns: int, batch: tuple[int, int, int, int, int]) -> StepLane:
+        """The step itself, after it ran (`batch`: what `_batch` said before)."""
+        prefill, requests, flops, read, write = batch
+        timer = self.runner.timer
+        forward_ns = timer.read_ns() if timer is not None and sched.seqs else 0
+        s = self.scheduler
+        return StepLane(start_ns, forward_ns, prefill, sum(sched.num_new_tokens) - prefill, requests, len(s.running),
+                        len(s.waiting), len(sched.preempted), self.block_manager.usage, flops, read, write,
+                        sched.blocked, timer.source if forward_ns else ForwardSource.NONE)
 
     def _maybe_snapshot(self) -> None:
         s = self.scheduler

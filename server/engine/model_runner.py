@@ -6,6 +6,7 @@ import torch
 
 from otel_llm.server.model import LlamaConfig
 
+from .forward_timer import forward_timer
 from .model import ForwardBatch, LlamaModel
 from .sampling import Sampler, SamplingParams
 from .sequence import Sequence
@@ -29,6 +30,7 @@ class ModelRunner:
         generator = torch.Generator(device=device)
         generator.manual_seed(seed)
         self.sampler = Sampler(generator)
+        self.timer = forward_timer(device)  # the forward pass of each step (the engine lane)
 
     def allocate_kv_cache(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
@@ -49,7 +51,9 @@ class ModelRunner:
         """
         self.model.copy_blocks(blocks_to_copy)
         batch = self._prepare(seqs, num_new_tokens, [i for i, _, _ in sample_rows])
+        self.timer.start()
         logits = self.model.forward(batch)  # rows in sample_rows order
+        self.timer.stop()
         return self.sampler(logits, [p for _, p, _ in sample_rows], [g for _, _, g in sample_rows])
 
     def _prepare(self, seqs: list[Sequence], num_new_tokens: list[int], sample_seq_indices: list[int]) -> ForwardBatch:

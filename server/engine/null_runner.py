@@ -25,6 +25,7 @@ class NullRunner:
     """
 
     block_size = 0
+    timer = None  # no forward pass to time
 
     def __init__(self, step_s: float = 0.0):
         self.step_s = step_s

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from otel_llm.engine.step import Blocked
+
 from .block_manager import BlockManager
 from .request import Request
 from .sequence import Sequence
@@ -20,6 +22,7 @@ class SchedulerOutput:
     scheduled: list[Request] = field(default_factory=list)  # moved from waiting to running
     preempted: list[Request] = field(default_factory=list)
     num_prompt_tokens: int = 0  # prompt positions computed this step
+    blocked: Blocked = Blocked.NONE  # why the head of the waiting queue was not scheduled
 
 
 class Scheduler:
@@ -60,6 +63,8 @@ class Scheduler:
             i += 1
         if not out.preempted:
             self._admit(out, budget)
+        elif self.waiting:
+            out.blocked = Blocked.KV  # a step that preempted admits nothing: the KV cache is full
         return out
 
     def _make_room(self, request: Request, plan, out: SchedulerOutput) -> bool:
@@ -78,9 +83,13 @@ class Scheduler:
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         bm = self.block_manager
         num_seqs = sum(r.num_reserved_seqs for r in self.running)
-        while self.waiting and budget > 0:
+        while self.waiting:
+            if budget <= 0:
+                out.blocked = Blocked.TOKENS
+                break
             request = self.waiting[0]
             if num_seqs + request.num_reserved_seqs > self.max_num_seqs:
+                out.blocked = Blocked.SLOTS
                 break
             seqs = request.unfinished_seqs
             computed = [bm.get_computed_blocks(s) for s in seqs]
@@ -90,6 +99,7 @@ class Scheduler:
                 plan.append((seq, n))
                 left -= n
             if not self._allocate(plan, out, computed, count_prefix=request.num_schedules == 0):
+                out.blocked = Blocked.KV
                 break
             self.waiting.popleft()
             if request.num_schedules == 0:

@@ -13,7 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from otel_llm import FinishReason, RequestInfo, SchedulerSnapshot, StepRecord
 from otel_llm.canonical import instruments as I
-from otel_llm.engine.step import HEADER_SIZE, SpecDecodingStats, outputs_only_header
+from otel_llm.engine.step import (
+    HEADER_SIZE, LANE_SIZE, Blocked, ForwardSource, SpecDecodingStats, StepLane, outputs_only_header,
+)
 from otel_llm.export.metric_producer import to_metrics
 from otel_llm.frontend.stat_logger import StatLogger
 from tests.harness.prometheus import promtool_check_metrics
@@ -252,18 +254,32 @@ def test_round_trip_with_the_extension():
     assert outputs_only_header(steady) is not None and len(steady) == HEADER_SIZE + 8  # unchanged
 
 
+LANE = StepLane(6 * 10**9, 900_000, 0, 3, 3, 3, 2, 0, 0.25, 10**12, 5 * 10**8, 10**6, Blocked.SLOTS,
+                ForwardSource.HOST)
+
+
+@pytest.mark.parametrize("lane", [None, LANE])
 @pytest.mark.parametrize("prompt_tokens", [0, 300])
-def test_the_steady_step_is_encoded_as_its_record_would_be(prompt_tokens):
-    """`end_step_bytes` encodes a step of single-token outputs without building a record: the same bytes."""
+def test_the_steady_step_is_encoded_as_its_record_would_be(prompt_tokens, lane):
+    """`end_step_bytes` encodes a step of single-token outputs without building a record: the same bytes,
+    with or without the step's lane (then right after the header: the body still ends in the rids)."""
     h = Harness()
-    h.at(7 * 10**9).outputs([11, 12 << 32 | 3, 13], [1, 1, 1])
-    data = h.rec.end_step_bytes(prompt_tokens)
+    for _ in range(2):
+        h.at(7 * 10**9).outputs([11, 12 << 32 | 3, 13], [1, 1, 1])
+        if lane is not None:
+            h.rec.lane(lane)
+        data = h.rec.end_step_bytes(prompt_tokens)
     h.at(7 * 10**9).outputs([11, 12 << 32 | 3, 13], [1, 1, 1])
     h.rec.snapshot(SchedulerSnapshot(3, 0, 0.1, 0, 0, 0))  # a snapshot: the record path
+    if lane is not None:
+        h.rec.lane(lane)
     rec = StepRecord.from_bytes(h.rec.end_step_bytes(prompt_tokens))._replace(snapshot=None)
+    body = HEADER_SIZE + (LANE_SIZE if lane else 0)
     assert data == rec.to_bytes() and outputs_only_header(data) == (7 * 10**9, h.rec.anchor_wall_ns,
-                                                                    h.rec.anchor_mono_ns, prompt_tokens)
-    assert StepRecord.from_bytes(data).output_rid.tolist() == [11, 12 << 32 | 3, 13]
+                                                                    h.rec.anchor_mono_ns, prompt_tokens, body)
+    decoded = StepRecord.from_bytes(data)
+    assert decoded.output_rid.tolist() == [11, 12 << 32 | 3, 13] and decoded.lane == lane
+    assert len(data) == body + 3 * 8
 
 
 def test_a_truncated_or_malformed_extension_is_a_counted_drop():
