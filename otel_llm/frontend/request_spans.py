@@ -14,7 +14,9 @@ HTTP server span), from arrival to the last output on this frontend's clock, wit
 children `queue`, `prefill`, `decode` on the engine's; events `first_token` (when
 the frontend had it: start + `gen_ai.latency.time_to_first_token`, exactly; the
 prefill span ends when the engine made it, the gap is the hand-off) and one
-`preempted` per preemption. Every time goes through one anchor
+`preempted` per preemption. With the engine lane, the request span also says what its steps were
+(`otel_llm.engine.steps`, `.max_batch_requests`, `.interfering_prefill_tokens`, and vLLM's
+`gen_ai.latency.time_in_model_forward` where the forward pass was measured). Every time goes through one anchor
 (`otel_llm.engine.clock`), so no child starts before its parent. The provider's span limits
 apply (`otel_llm.frontend.span_limits`), with string values cut at 4096 characters by default.
 """
@@ -85,20 +87,21 @@ class RequestTracer:
             SpanKind.INTERNAL if info.trace_headers else SpanKind.SERVER)
         return trace_id >> 64, trace_id & _MASK64, span_id if sampled else 0, parent.span_id if parent else 0
 
-    def emit(self, b: FinishedBatch, engine_anchor: tuple[int, int]) -> int:
-        """Build and export the trees of the sampled requests in `b`; returns how many."""
+    def emit(self, b: FinishedBatch, engine_anchor: tuple[int, int], steps: dict | None = None) -> int:
+        """Build and export the trees of the sampled requests in `b`; returns how many. `steps`: their
+        engine-lane summaries (`EngineLane.summaries`), shown on the request span where covered."""
         f_off = self.wall0 - self.mono0  # frontend mono -> epoch
         e_off = offset_for(*engine_anchor, f_off)  # engine mono -> epoch: the same when on this host's clock
         traces = b.trace.tolist()
         emitted = 0
         for i, (hi, lo, span_id, parent_id) in enumerate(traces):
             if span_id:
-                self._emit_one(b, i, (hi << 64) | lo, span_id, parent_id, e_off, f_off)
+                self._emit_one(b, i, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps)
                 emitted += 1
         return emitted
 
     def _emit_one(self, b: FinishedBatch, i: int, trace_id: int, span_id: int, parent_id: int,
-                  e_off: int, f_off: int) -> None:
+                  e_off: int, f_off: int, steps: dict | None) -> None:
         info = b.infos[i]
         reason = FinishReason(int(b.reason[i]))
         op = info.operation
@@ -141,6 +144,12 @@ class RequestTracer:
             attrs["gen_ai.latency.time_in_model_prefill"] = (f - s) * 1e-9
             attrs["gen_ai.latency.time_in_model_decode"] = (last - f) * 1e-9
             attrs["gen_ai.latency.time_in_model_inference"] = (last - s) * 1e-9
+        if steps is not None and steps["covered"][i]:
+            attrs["otel_llm.engine.steps"] = int(steps["steps"][i])
+            attrs["otel_llm.engine.max_batch_requests"] = int(steps["max_batch"][i])
+            attrs["otel_llm.engine.interfering_prefill_tokens"] = int(steps["interfering_prefill_tokens"][i])
+            if steps["forward_ns"][i]:
+                attrs["gen_ai.latency.time_in_model_forward"] = int(steps["forward_ns"][i]) * 1e-9
 
         events.extend(Event("preempted", {}, t + e_off) for t in b.preemption_ts[i])
         if self.capture_content:

@@ -130,12 +130,12 @@ class Telemetry:
         def apply():
             self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
             self.computed_prompt_tokens += rec.num_computed_prompt_tokens
-            finished = self.table.apply(rec, now)
-            if rec.lane is not None:
+            if rec.lane is not None:  # first: the requests this step finishes were in it
                 if isinstance(step, StepRecord):
                     self.lane.add(rec.step_ts_ns, rec.lane.pack(), 0)
                 else:
                     self.lane.add(rec.step_ts_ns, step)
+            finished = self.table.apply(rec, now)
             lora = self.lora
             if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
                 lora.step(rec, (self.anchor[0] + now - self.anchor[1]) / 1e9)
@@ -146,12 +146,14 @@ class Telemetry:
     def _apply(self, where: str, change) -> None:
         """Run `change` (returns a FinishedBatch or None) under the lock; then stats and spans."""
         try:
+            steps = None
             with self._lock:
                 finished = change()
                 if finished is not None:
                     self.triton.on_finished(finished)
+                    steps = self._step_summaries(finished)
             if finished is not None and self.tracer is not None:
-                self.tracer.emit(finished, self._engine_anchor)
+                self.tracer.emit(finished, self._engine_anchor, steps)
         except Exception:  # telemetry never breaks the request path
             self._internal_error(where)
 
@@ -228,6 +230,12 @@ class Telemetry:
         if self.internal_errors <= 10:
             logger.exception("otel_llm: internal error in %s (dropped; %d so far)", where, self.internal_errors)
 
+    def _step_summaries(self, finished) -> dict | None:
+        """The engine-lane summaries of the finished requests a span will show (`EngineLane.summaries`)."""
+        if self.tracer is None or not finished.trace[:, 2].any():  # no sampled request among them
+            return None
+        return self.lane.summaries(finished.sched, finished.first, finished.last)
+
     # -- collection ----------------------------------------------------------------------
 
     def _fold(self) -> None:
@@ -237,7 +245,7 @@ class Telemetry:
         if finished is not None:
             self.triton.on_finished(finished)
             if self.tracer is not None:  # (a tracer folds at every finish: nothing is pending then)
-                self.tracer.emit(finished, self._engine_anchor)
+                self.tracer.emit(finished, self._engine_anchor, self._step_summaries(finished))
         self.table.judge()
 
     def snapshot(self) -> MetricsSnapshot:

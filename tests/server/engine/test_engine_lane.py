@@ -167,3 +167,40 @@ def test_on_cuda_the_forward_time_comes_from_cuda_events(make_engine):
     engine.add_request(0, list(range(5, 69)), GREEDY)
     lane = StepRecord.from_bytes(engine.step().telemetry).lane
     assert lane.forward_source == ForwardSource.CUDA and lane.forward_ns > 0
+
+
+def test_a_request_span_says_what_its_steps_were_and_whose_prefill_slowed_its_decode(make_engine):
+    """Prefill-decode interference, seen from the victim: request A decodes alone, then B's long prompt
+    is computed in chunks while A keeps decoding; A's span counts B's prompt tokens as interference,
+    the steps it was in, the largest batch it shared and their forward time (the lanes' own figures)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_llm import RequestInfo
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tel = Telemetry(TelemetryConfig(model_name="dummy", tracing=True, tracer_provider=provider))
+    engine = make_engine(max_num_batched_tokens=40)
+    a = tel.arrival(RequestInfo(request_id="a", operation="text_completion", prompt_tokens=8))
+    engine.add_request(a, list(range(5, 13)), SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    telemetry = [engine.step().telemetry for _ in range(3)]  # A's prefill, then two steps of decode alone
+    b = tel.arrival(RequestInfo(request_id="b", operation="text_completion", prompt_tokens=100))
+    engine.add_request(b, list(range(20, 120)), SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    telemetry += run_to_completion(engine)[3]
+    for t in telemetry:
+        tel.ingest(t)
+    lanes = [StepRecord.from_bytes(t) for t in telemetry]
+    spans = {s.attributes["gen_ai.request.id"]: s for s in exporter.get_finished_spans() if "gen_ai.request.id" in s.attributes}
+    span_a = spans["a"].attributes
+    a_steps = [r for r in lanes if a in r.output_rid.tolist()]  # A outputs in every step it is in
+    assert span_a["otel_llm.engine.steps"] == len(a_steps) == 12
+    assert span_a["otel_llm.engine.interfering_prefill_tokens"] == 100  # all of B's prompt, in 40-token chunks
+    assert span_a["otel_llm.engine.max_batch_requests"] == 2
+    assert span_a["gen_ai.latency.time_in_model_forward"] == pytest.approx(
+        sum(r.lane.forward_ns for r in a_steps) * 1e-9, abs=1e-9)
+    span_b = spans["b"].attributes
+    assert span_b["otel_llm.engine.interfering_prefill_tokens"] == 0  # nothing prefilled during B's decode
+    assert span_b["otel_llm.engine.max_batch_requests"] == 2

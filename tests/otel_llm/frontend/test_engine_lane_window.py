@@ -1,0 +1,64 @@
+"""EngineLane's window: the last `capacity` steps in order, whatever the batches they arrive in;
+per-request summaries from running totals equal to summing the steps by hand, across the buffer's
+moves; a request whose first step left the window gets no summary; lanes that cannot be true
+(negative, out of order, a start after the end) are dropped and counted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from otel_llm.shim.profiles import aggregation_table
+from otel_llm.canonical.metrics_state import MetricsState
+from otel_llm.engine.step import ForwardSource, StepLane
+from otel_llm.frontend.engine_lane import EngineLane
+
+
+def _lane(i: int) -> tuple[int, bytes]:
+    """Step i: starts at 100 i, ends 100 i + 60; forward 10 i ns (unmeasured every 5th step),
+    prefill i % 7 tokens, batch 1 + i % 4."""
+    source = ForwardSource.NONE if i % 5 == 0 else ForwardSource.HOST
+    lane = StepLane(100 * i, 10 * i if source else 0, i % 7, 2, 1 + i % 4, 3, 0, 0, 0.5, 0, 0, 0, 0, source)
+    return 100 * i + 60, lane.pack()
+
+
+def _by_hand(steps: range) -> dict:
+    return {"steps": len(steps), "forward_ns": sum(10 * i for i in steps if i % 5),
+            "max_batch": max(1 + i % 4 for i in steps)}
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 11])
+def test_the_window_keeps_the_last_steps_and_sums_a_requests_steps(batch):
+    lane = EngineLane(MetricsState(aggregation_table(8192)), capacity=8)
+    for start in range(0, 40, batch):
+        for i in range(start, min(start + batch, 40)):
+            end, data = _lane(i)
+            lane.add(end, data, 0)
+        lane.fold()
+    cols = lane.columns()
+    assert cols["end_ns"].tolist() == [100 * i + 60 for i in range(32, 40)]
+    assert cols["prefill_tokens"].tolist() == [i % 7 for i in range(32, 40)]
+    assert lane.columns(since_ns=100 * 37 + 60)["end_ns"].tolist() == [3860, 3960]
+    # requests: scheduled during step 33 (first token in 34), last token in 38; one scheduled in step 10
+    sched, first, last = (np.array(v, np.int64) for v in ([3310, 1010], [3460, 1160], [3860, 3860]))
+    s = lane.summaries(sched, first, last)
+    assert s["covered"].tolist() == [True, False]
+    want = _by_hand(range(33, 39))
+    assert (int(s["steps"][0]), int(s["forward_ns"][0]), int(s["max_batch"][0])) == (
+        want["steps"], want["forward_ns"], want["max_batch"])
+    assert int(s["interfering_prefill_tokens"][0]) == sum(i % 7 for i in range(35, 39))  # after its first token
+    assert (s["steps"][1], s["forward_ns"][1], s["interfering_prefill_tokens"][1]) == (0, 0, 0)
+    assert lane.total == 40 and lane.dropped == 0
+
+
+def test_lanes_that_cannot_be_true_are_dropped_and_counted():
+    lane = EngineLane(MetricsState(aggregation_table(8192)), capacity=8)
+    end, data = _lane(5)
+    lane.add(end, data, 0)
+    good = StepLane(1000, 5, 1, 1, 1, 1, 0, 0, 0.5)
+    for bad, at in ((good._replace(prefill_tokens=-1), 1100), (good._replace(kv_usage=1.5), 1100),
+                    (good._replace(start_ns=1200), 1100), (good, 400)):  # the last: ends before step 5 did
+        lane.add(at, bad.pack(), 0)
+    lane.fold()
+    assert lane.dropped == 4 and lane.columns()["end_ns"].tolist() == [560]
+    assert lane.summaries(np.array([0]), np.array([0]), np.array([0]))["covered"].tolist() == [False]
