@@ -21,6 +21,12 @@ all in the same run (ratios are what matter on a shared, noisy machine):
   (each finished request judged, `otel_llm.slo.requests`) and without, alternated, best of 3;
   `added_us_per_request` is measured directly (time in `RequestTable.judge` per request judged,
   plus the per-fold bookkeeping), as the difference is below this machine's noise.
+- lane: the engine lane's frontend cost, best of 3 alternated runs each way with a `StepLane` on every
+  step record and without: `us_per_step` on the token path (64 requests in steady decode, no tracing:
+  the issue's target, <= 2), `us_per_step_traced` on the staggered loop (64 in flight, one finishing
+  per step, spans 100% sampled: the lane, the `engine steps` window spans and each request span's
+  step summary), and the OTLP bytes of the window spans per step (`export_bytes_per_step`; x100:
+  `export_bytes_per_s_at_100_steps`).
 - exposition_ms: rendering a vLLM-scale payload (every family x 8 engines).
 - otlp_encode_us_per_span: OTLP/protobuf encoding of those span trees, otel_llm's
   direct encoder (what the server's exporter uses) vs the SDK's encoder.
@@ -44,7 +50,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_llm import FinishReason, RequestInfo, StepRecorder, Telemetry, TelemetryConfig
 from otel_llm.export.exposition import Renderer
+from otel_llm.engine.step import ForwardSource, StepLane
 from otel_llm.export.span_encoding import encode_spans
+from otel_llm.export.lane_spans import LANE_SPAN
 from otel_llm.frontend.request_table import RequestTable
 from otel_llm.shim.profiles import get_profile
 from otel_llm.slo.config import parse_slo_config
@@ -59,9 +67,10 @@ def tracer_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     return tp, exporter
 
 
-def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False) -> float:
+def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False, lane: bool = False) -> float:
     """Steady decode; with `churn`, every step one request (a different one each step) produces
-    nothing and the previous step's one comes back, so the batch differs from step to step."""
+    nothing and the previous step's one comes back, so the batch differs from step to step; with
+    `lane`, every step carries a `StepLane` as the reference engine's do."""
     tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracing=False))
     rec = StepRecorder()
     handles = np.array([tel.arrival(RequestInfo(f"r{i}", 512, "chat", max_tokens=256)) for i in range(concurrency)])
@@ -76,6 +85,8 @@ def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False) -> fl
     t0 = time.perf_counter_ns()
     for i in range(steps):
         rec.outputs(batches[i % len(batches)], 1)
+        if lane:
+            rec.lane(_lane_of_a_step(len(batches[0])))
         tel.ingest(rec.end_step_bytes())
     tel.snapshot()  # includes the deferred bucketing
     with tel._lock:
@@ -114,12 +125,13 @@ def otel_llm_request_path(concurrency: int, rounds: int, slo=None) -> tuple[floa
     return elapsed / (rounds * concurrency) / 1000, spans
 
 
-def otel_llm_staggered_path(concurrency: int, requests: int, slo=None) -> float:
+def otel_llm_staggered_path(concurrency: int, requests: int, slo=None, lane: bool = False,
+                            spans_out: list | None = None) -> float:
     """A steady closed loop: every step all `concurrency` requests output a token, one of
     them finishes and a new one arrives (QUEUED and SCHEDULED), spans 100% sampled. Returns
     us per finished request, that step's token work included: the request-level cost when
     finishes come one per step, as in a serving engine, not in batches."""
-    tp, _ = tracer_provider()
+    tp, exporter = tracer_provider()
     tel = Telemetry(TelemetryConfig(model_name="bench", log_stats=False, tracer_provider=tp, slo=slo))
     rec = StepRecorder()
 
@@ -136,12 +148,42 @@ def otel_llm_staggered_path(concurrency: int, requests: int, slo=None) -> float:
         rec.outputs(live, 1)
         rec.finished(int(live[i % concurrency]), FinishReason.LENGTH)
         live[i % concurrency] = arrive(concurrency + i)
+        if lane:
+            rec.lane(_lane_of_a_step(concurrency))
         tel.ingest(rec.end_step_bytes(128))
     tel.snapshot()
     tp.force_flush()
     elapsed = time.perf_counter_ns() - t0
+    if spans_out is not None:
+        spans_out.extend(exporter.get_finished_spans())
     tp.shutdown()
     return elapsed / requests / 1000
+
+
+def _lane_of_a_step(batch: int) -> StepLane:
+    """What the reference engine stamps: a 5 ms step, 4 ms of it forward, its batch, vLLM's estimates."""
+    now = time.monotonic_ns()
+    return StepLane(now - 5_000_000, 4_000_000, 128, batch - 1, batch, batch, 0, 0, 0.25, 10**12, 10**9, 10**7, 0,
+                    ForwardSource.CUDA)
+
+
+def lane_cost(steps: int, runs: int) -> dict:
+    """The engine lane's frontend cost per step, and its export volume (see the module docstring)."""
+    traced = {False: [], True: []}
+    untraced = {False: [], True: []}
+    spans: list = []
+    for r in range(runs):
+        for lane in ((False, True) if r % 2 == 0 else (True, False)):
+            untraced[lane].append(otel_llm_token_path(64, steps, lane=lane) * 64 / 1000)  # us per step
+            traced[lane].append(otel_llm_staggered_path(64, steps, lane=lane,
+                                                        spans_out=spans if r == 0 and lane else None))
+    windows = [s for s in spans if s.name == LANE_SPAN]
+    lane_steps = sum(s.attributes["otel_llm.lane.steps"] for s in windows)
+    per_step = len(encode_spans(windows)) / max(lane_steps, 1)
+    return {"us_per_step": round(min(untraced[True]) - min(untraced[False]), 3),
+            "us_per_step_traced": round(min(traced[True]) - min(traced[False]), 3),
+            "window_spans": len(windows), "steps_exported": lane_steps, "export_bytes_per_step": round(per_step, 1),
+            "export_bytes_per_s_at_100_steps": round(per_step * 100)}
 
 
 def otlp_encode_us_per_span(spans, reps: int) -> tuple[float, float]:
@@ -243,6 +285,7 @@ def main() -> None:
     ours_staggered = min(otel_llm_staggered_path(64, rounds * 250) for _ in range(2))
     ours_expo, lines = otel_llm_exposition(8, reps)
     goodput = goodput_cost_us(c, rounds, 3)
+    lane = lane_cost(rounds * 250, 3)
     encode_ours, encode_sdk = otlp_encode_us_per_span(spans[:2048], max(reps // 5, 3))
 
     prom = PromClientVllm(c)
@@ -262,6 +305,7 @@ def main() -> None:
         "per_request_us_staggered": round(ours_staggered, 2),
         "exposition_ms": round(ours_expo, 3),
         "goodput": goodput,
+        "lane": lane,
         "exposition_lines": lines,
         "spans_exported": len(spans),
         "otlp_encode_us_per_span": {"otel_llm": round(encode_ours, 2), "sdk": round(encode_sdk, 2),
@@ -284,6 +328,7 @@ def main() -> None:
             "per_request>=3x_naive_otel": naive_req / ours_req >= 3,
             "exposition_ms<=5": ours_expo <= 5,
             "goodput_added_us_per_request<=1": goodput["added_us_per_request"] <= 1,
+            "lane_us_per_step<=2": lane["us_per_step"] <= 2,
         },
     }
     print(json.dumps(out, indent=2))

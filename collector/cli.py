@@ -174,6 +174,10 @@ def add_parsers(sub) -> None:
     sampling.add_argument("--decision-wait", type=duration_s, default=10.0, metavar="DURATION",
                           help="decide a trace whose root has not arrived this long after its first span "
                                "(default 10s)")
+    sampling.add_argument("--lane-wait", type=duration_s, default=60.0, metavar="DURATION",
+                          help="an engine lane window (the `engine steps` span) waits this long for the requests "
+                               "that ran in it, and is kept when a kept request of its server overlaps it "
+                               "(default 60s)")
     at_scale = p.add_argument_group("beyond one host: the OpenTelemetry Collector Contrib")
     at_scale.add_argument("--print-otelcol-config", action="store_true",
                           help="print an otelcol-contrib YAML config that does what this collector does "
@@ -230,7 +234,8 @@ def config_from_args(args: argparse.Namespace):
 
     sampling = TailSamplingConfig(
         decision_wait_s=args.decision_wait, ttft_above_s=args.keep_ttft_above, e2e_above_s=args.keep_e2e_above,
-        queue_above_s=args.keep_queue_above, keep_fraction=args.keep_fraction) if args.tail_sampling else None
+        queue_above_s=args.keep_queue_above, keep_fraction=args.keep_fraction,
+        lane_wait_s=args.lane_wait) if args.tail_sampling else None
 
     return CollectorConfig(
         host=args.host or "127.0.0.1", otlp_http_port=args.otlp_http_port, otlp_grpc_port=args.otlp_grpc_port,

@@ -13,6 +13,13 @@ A trace is kept, for the first of these reasons that applies:
 and dropped (``not_sampled``) otherwise. A generic tail sampler tests attributes span by span;
 this one reads the request's shape: its root, its latency attributes, its events.
 
+The engine lane's window spans (`engine steps`, `otel_llm.export.lane_spans`) are decided with the
+requests, not on their own: each waits `lane_wait_s` (so the requests that ran in it can finish and be
+decided), then is kept (``lane_overlap``) when a kept trace from the same process (the same resource)
+overlaps it in time, and dropped (``lane_no_overlap``) otherwise. So every kept request keeps the
+steps it ran in, and a window no kept request touched costs no storage. A request that finishes
+more than `lane_wait_s` after a window ended does not keep that window.
+
 Bounded: at most `max_traces` traces and `max_spans` spans wait; beyond that the oldest traces
 are decided early with the spans they have. Spans that arrive after their trace was decided
 follow the decision (the last `decided_cache` decisions are remembered); others start a new
@@ -33,6 +40,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_llm.collector.pdata.request_span import request_facts
 from otel_llm.collector.pdata.traces_wire import encode_spans
+from otel_llm.export.lane_spans import LANE_SPAN
 
 
 @dataclass(frozen=True)
@@ -42,12 +50,13 @@ class TailSamplingConfig:
     e2e_above_s: float | None = 60.0
     queue_above_s: float | None = 5.0
     keep_fraction: float = 0.1  # of the traces no other reason keeps
+    lane_wait_s: float = 60.0  # an engine lane window waits this long for the requests that ran in it
     max_traces: int = 50_000
     max_spans: int = 500_000
     decided_cache: int = 100_000
 
     def __post_init__(self) -> None:
-        for name in ("decision_wait_s", "ttft_above_s", "e2e_above_s", "queue_above_s"):
+        for name in ("decision_wait_s", "ttft_above_s", "e2e_above_s", "queue_above_s", "lane_wait_s"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and value >= 0):
                 raise ValueError(f"TailSamplingConfig.{name} must be >= 0 (or None), got {value!r}")
@@ -74,6 +83,23 @@ class _Trace:
     reason: str = ""  # the strongest reason to keep seen so far
     latency: dict[str, float] = field(default_factory=dict)
     has_root: bool = False
+    resource: bytes = b""
+    start: int = 0  # epoch ns: when its spans began and ended, where the lane windows it keeps lie
+    end: int = 0
+
+
+class _Window(NamedTuple):
+    """An engine lane window span waiting for its decision."""
+
+    first_seen: float
+    resource: bytes
+    scope: bytes
+    start: int
+    end: int
+    raw: bytes
+
+
+_MAX_KEPT_RANGES = 100_000  # per process: kept traces' time ranges remembered for its lane windows
 
 
 class TailSampler:
@@ -89,6 +115,9 @@ class TailSampler:
         self._keep_below = int(config.keep_fraction * 2**64)
         self._traces: Counter[tuple[str, str]] = Counter()  # (kept|dropped, reason) -> traces
         self._spans: Counter[str] = Counter()  # kept|dropped -> spans (late ones included)
+        self._windows: OrderedDict[int, _Window] = OrderedDict()  # lane windows waiting, oldest first
+        self._window_seq = 0
+        self._kept_ranges: dict[bytes, list[tuple[int, int]]] = {}  # resource -> (start, end) of kept traces
 
     def consume(self, spans: list[tuple[bytes, bytes, Span, bytes]]) -> None:
         """Spans as (resource, scope, the parsed span, the span serialized), from one request."""
@@ -97,6 +126,12 @@ class TailSampler:
             now = self._clock()
             ready = []
             for resource, scope, span, raw in spans:
+                if span.name == LANE_SPAN and not span.parent_span_id:
+                    self._windows[self._window_seq] = _Window(now, resource, scope, span.start_time_unix_nano,
+                                                              span.end_time_unix_nano, raw)
+                    self._window_seq += 1
+                    self._pending_spans += 1
+                    continue
                 trace_id = span.trace_id
                 decided = self._decided.get(trace_id)
                 if decided is not None:  # late: follows its trace's decision
@@ -108,6 +143,9 @@ class TailSampler:
                 if trace is None:
                     trace = self._pending[trace_id] = _Trace(now)
                 trace.spans.setdefault((resource, scope), []).append(raw)
+                trace.resource = resource
+                trace.start = min(trace.start or span.start_time_unix_nano, span.start_time_unix_nano)
+                trace.end = max(trace.end, span.end_time_unix_nano)
                 trace.count += 1
                 self._pending_spans += 1
                 self._inspect(trace, span)
@@ -117,7 +155,10 @@ class TailSampler:
             for trace_id in ready:
                 self._decide(trace_id, out)
             while len(self._pending) > self.config.max_traces or self._pending_spans > self.config.max_spans:
-                self._decide(next(iter(self._pending)), out)
+                if self._pending:
+                    self._decide(next(iter(self._pending)), out)
+                else:
+                    self._decide_window(next(iter(self._windows)), out)
         self._send(out)
 
     def tick(self) -> None:
@@ -130,6 +171,9 @@ class TailSampler:
                 if trace.first_seen > deadline:
                     break
                 self._decide(trace_id, out)
+            lane_deadline = self._clock() - self.config.lane_wait_s
+            while self._windows and next(iter(self._windows.values())).first_seen <= lane_deadline:
+                self._decide_window(next(iter(self._windows)), out)
         self._send(out)
 
     def flush(self) -> None:
@@ -138,6 +182,8 @@ class TailSampler:
         with self._lock:
             while self._pending:
                 self._decide(next(iter(self._pending)), out)
+            while self._windows:
+                self._decide_window(next(iter(self._windows)), out)
         self._send(out)
 
     def stats(self) -> SamplingStats:
@@ -172,9 +218,25 @@ class TailSampler:
         if kept:
             for key, raws in trace.spans.items():
                 out.setdefault(key, []).extend(raws)
+            if self._windows or self._window_seq:  # lanes are in use: remember where kept requests ran
+                self._kept_ranges.setdefault(trace.resource, []).append((trace.start, trace.end))
         self._decided[trace_id] = kept
         if len(self._decided) > self.config.decided_cache:
             self._decided.popitem(last=False)
+
+    def _decide_window(self, key: int, out: dict) -> None:
+        """Keep a lane window when a kept trace of its process overlaps it; forget the kept ranges no
+        waiting window can overlap any more."""
+        w = self._windows.pop(key)
+        self._pending_spans -= 1
+        ranges = self._kept_ranges.get(w.resource, [])
+        kept = any(start <= w.end and end >= w.start for start, end in ranges)
+        self._traces[("kept", "lane_overlap") if kept else ("dropped", "lane_no_overlap")] += 1
+        self._spans["kept" if kept else "dropped"] += 1
+        if kept:
+            out.setdefault((w.resource, w.scope), []).append(w.raw)
+        if ranges:  # a process's windows come in time order: a range that ended before this one began is done
+            self._kept_ranges[w.resource] = [r for r in ranges if r[1] >= w.start][-_MAX_KEPT_RANGES:]
 
     def _send(self, out: dict[tuple[bytes, bytes], list[bytes]]) -> None:
         if out:

@@ -65,6 +65,7 @@ _KV_COUNTS = struct.Struct("<II")
 _LANE = struct.Struct("<qqiiiiiidqqqBBxxxxxx")
 HEADER_SIZE = _HEADER.size
 LANE_SIZE = _LANE.size
+LANE_STRUCT = _LANE
 # The lane's bytes as a numpy record (readers decode many at once); fields as `StepLane`'s.
 LANE_DTYPE = np.dtype({"names": ["start_ns", "forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running",
                                  "waiting", "preemptions", "kv_usage", "flops", "read_bytes", "write_bytes", "blocked",

@@ -2,10 +2,11 @@
 
 Each step record with a lane (`otel_llm.engine.step.StepLane`: the step's start, forward time,
 prefill and decode tokens, batch, scheduler state and why the queue waited) leaves it here. On the
-step path that is one list append of the record's bytes, not decoded; `fold` (every `FOLD_AT` steps
-and before every read, under the owner's lock) decodes the kept lanes at once with numpy, drops the
-ones that cannot be true (counted), sums vLLM's MFU estimates into their counters and appends the
-rest to a window of the last `capacity` steps (at 100 steps/s the default holds about 80 s).
+step path that is one list append of the record's bytes, not decoded; `fold` (every `FOLD_AT` steps,
+and `flush` before every read, under the owner's lock) decodes the kept lanes at once with numpy,
+drops the ones that cannot be true (counted), sums vLLM's MFU estimates (`flush` adds them to their
+counters) and appends the rest to a window of the last `capacity` steps (at 100 steps/s the default
+holds about 80 s).
 
 The window is one contiguous run of a buffer twice its size, in step order, with running totals of
 forward time and prefill tokens beside it: a request's summary (`summaries`: the steps it was in,
@@ -18,13 +19,18 @@ from __future__ import annotations
 import numpy as np
 
 from otel_llm.canonical.metrics_state import MetricsState
-from otel_llm.engine.step import HEADER_SIZE, LANE_DTYPE, LANE_SIZE, ForwardSource
+from otel_llm.engine.step import HEADER_SIZE, LANE_DTYPE, LANE_SIZE, LANE_STRUCT, ForwardSource
 
 DEFAULT_CAPACITY = 8192
 FOLD_AT = 1024  # lanes kept undecoded at most
+_LANE_UNPACK = LANE_STRUCT.unpack_from
+_SCALAR_FOLD = 8  # up to this many kept lanes are folded one by one (numpy's per-call cost exceeds the work)
+WINDOW_NS = 1_000_000_000  # an exported window of steps spans at most this long
+WINDOW_STEPS = 256  # and holds at most this many
 COLUMNS = ("end_ns", *LANE_DTYPE.names)
-_ESTIMATES = (("flops", "otel_llm.engine.estimated_flops"), ("read_bytes", "otel_llm.engine.estimated_read_bytes"),
-              ("write_bytes", "otel_llm.engine.estimated_write_bytes"))
+_ESTIMATES = ("flops", "read_bytes", "write_bytes")  # vLLM's MFU estimates: summed into _COUNTERS at `flush`
+_COUNTERS = ("otel_llm.engine.estimated_flops", "otel_llm.engine.estimated_read_bytes",
+             "otel_llm.engine.estimated_write_bytes")
 _COUNTS = ("forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running", "waiting", "preemptions",
            "flops", "read_bytes", "write_bytes")
 
@@ -35,7 +41,9 @@ class EngineLane:
     def __init__(self, metrics: MetricsState, capacity: int = DEFAULT_CAPACITY):
         self.metrics = metrics
         self.capacity = capacity
-        self._lanes = np.zeros(2 * capacity, LANE_DTYPE)
+        self._raw = bytearray(2 * capacity * LANE_SIZE)  # the rows as the wire has them (one copy in `_fold_one`)
+        self._lanes = np.frombuffer(self._raw, LANE_DTYPE)
+        self._starts, self._batch = self._lanes["start_ns"], self._lanes["num_requests"]  # views, read per request
         self._ends = np.zeros(2 * capacity, np.int64)
         # running totals before each row (and, at `hi`, after the last): forward ns of measured steps, prefill tokens
         self._forward = np.zeros(2 * capacity + 1, np.int64)
@@ -44,34 +52,103 @@ class EngineLane:
         self.total = 0  # steps kept, including those the window let go since
         self.dropped = 0  # lanes that could not be true
         self._pending: list[tuple[int, bytes, int]] = []  # (end ns, bytes, offset of the lane)
+        self._last_end = 0  # end ns of the newest kept step
+        self._forward_total = self._prefill_total = 0  # through it (`_forward[hi]`, `_prefill[hi]`)
+        self._estimates = [0, 0, 0]  # summed by `fold`, added to the counters by `flush`
+        self._window_first = 0  # end ns of the first step not exported yet (0: none)
+        self.due = False  # a window of steps is due for export
+        self._window_steps = 0
+        self._exported_ns = 0  # end ns of the last step exported
 
-    def add(self, end_ns: int, data: bytes, offset: int = HEADER_SIZE) -> None:
-        """A step that ended at `end_ns` whose lane is packed in `data` at `offset` (a step record's bytes)."""
+    def add(self, end_ns: int, data: bytes, offset: int = HEADER_SIZE, idle: bool = False) -> None:
+        """A step that ended at `end_ns` whose lane is packed in `data` at `offset` (a step record's bytes);
+        `idle`: the engine has nothing left to run after it. Sets `due` when a window of steps should be
+        exported (`take_window`): it is 1 s or 256 steps long, or the engine went idle."""
         self._pending.append((end_ns, data, offset))
         if len(self._pending) >= FOLD_AT:
             self.fold()
+        if not self._window_first:
+            self._window_first = end_ns
+        self._window_steps += 1
+        self.due = idle or self._window_steps >= WINDOW_STEPS or end_ns - self._window_first >= WINDOW_NS
+
+    def take_window(self) -> dict[str, np.ndarray] | None:
+        """The kept steps not exported yet (`columns`), and they count as exported; None when there are none."""
+        self.fold()
+        cols = self.columns(self._exported_ns)
+        self._window_first = self._window_steps = 0
+        self.due = False
+        if not len(cols["end_ns"]):
+            return None
+        self._exported_ns = int(cols["end_ns"][-1])
+        return cols
 
     def fold(self) -> None:
         """Decode the kept lanes: check them, sum the estimates, append them to the window."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        if len(pending) <= _SCALAR_FOLD:  # a tracer's read at every finish: a step or two each time
+            for end, data, offset in pending:
+                self._fold_one(end, data, offset)
+            return
         lanes = np.frombuffer(b"".join(d[o:o + LANE_SIZE] for _, d, o in pending), LANE_DTYPE)
         ends = np.fromiter((e for e, _, _ in pending), np.int64, len(pending))
         ok = (lanes["start_ns"] <= ends) & (lanes["kv_usage"] >= 0.0) & (lanes["kv_usage"] <= 1.0)
         for name in _COUNTS:
             ok &= lanes[name] >= 0
-        if self._hi > self._lo:  # steps come in order: one ending before the last kept is not true either
-            ok &= ends >= self._ends[self._hi - 1]
+        ok &= ends >= self._last_end  # steps come in order: one ending before the last kept is not true either
         ok &= np.concatenate(([True], ends[1:] >= ends[:-1]))
         if not ok.all():
             self.dropped += int(np.count_nonzero(~ok))
             lanes, ends = lanes[ok], ends[ok]
-        for column, counter in _ESTIMATES:  # (vLLM skips an all-zero step: adding 0 is the same)
-            total = int(lanes[column].sum())
-            if total:
-                self.metrics.add(counter, total)
+        for k, column in enumerate(_ESTIMATES):
+            self._estimates[k] += int(lanes[column].sum())
         self._append(lanes, ends)
+
+    def flush(self) -> None:
+        """`fold`, then add the estimates summed since the last flush to their counters (before a read)."""
+        self.fold()
+        if any(self._estimates):  # (vLLM skips an all-zero step: adding 0 is the same)
+            for counter, total in zip(_COUNTERS, self._estimates):
+                self.metrics.add(counter, total)
+            self._estimates = [0, 0, 0]
+
+    def _fold_one(self, end: int, data: bytes, offset: int) -> None:
+        """`fold` for one lane, in plain Python (the same checks, sums and append)."""
+        start, forward, prefill, decode, requests, running, waiting, preempted, kv, flops, read, write, _, source = \
+            _LANE_UNPACK(data, offset)
+        if (start > end or end < self._last_end or not 0.0 <= kv <= 1.0
+                or min(forward, prefill, decode, requests, running, waiting, preempted, flops, read, write) < 0):
+            self.dropped += 1
+            return
+        if flops or read or write:
+            e = self._estimates
+            e[0] += flops
+            e[1] += read
+            e[2] += write
+        if self._hi + 1 > 2 * self.capacity:
+            self._move(1)
+        hi = self._hi
+        self._raw[hi * LANE_SIZE:(hi + 1) * LANE_SIZE] = data[offset:offset + LANE_SIZE]
+        self._ends[hi] = self._last_end = end
+        self._forward_total += forward if source else 0
+        self._prefill_total += prefill
+        self._forward[hi + 1] = self._forward_total
+        self._prefill[hi + 1] = self._prefill_total
+        self._hi = hi + 1
+        if self._hi - self._lo > self.capacity:
+            self._lo += 1
+        self.total += 1
+
+    def _move(self, n: int) -> None:
+        """Make room for `n` rows: the window's newest rows (those that stay) to the buffer's front."""
+        keep = min(self._hi - self._lo, self.capacity - n)
+        for a in (self._lanes, self._ends):
+            a[:keep] = a[self._hi - keep:self._hi]
+        for a in (self._forward, self._prefill):
+            a[:keep + 1] = a[self._hi - keep:self._hi + 1]
+        self._lo, self._hi = 0, keep
 
     def _append(self, lanes: np.ndarray, ends: np.ndarray) -> None:
         n, cap = len(lanes), self.capacity
@@ -79,19 +156,17 @@ class EngineLane:
         if n > cap:
             lanes, ends, n = lanes[-cap:], ends[-cap:], cap
         forward = np.where(lanes["forward_source"] != ForwardSource.NONE, lanes["forward_ns"], 0)
-        if self._hi + n > 2 * cap:  # move the window's newest rows to the front
-            keep = min(self._hi - self._lo, cap - n)
-            for a in (self._lanes, self._ends):
-                a[:keep] = a[self._hi - keep:self._hi]
-            for a in (self._forward, self._prefill):
-                a[:keep + 1] = a[self._hi - keep:self._hi + 1]
-            self._lo, self._hi = 0, keep
+        if self._hi + n > 2 * cap:
+            self._move(n)
         hi, rows = self._hi, slice(self._hi, self._hi + n)
         self._lanes[rows] = lanes
         self._ends[rows] = ends
         self._forward[hi + 1:hi + n + 1] = self._forward[hi] + np.cumsum(forward)
         self._prefill[hi + 1:hi + n + 1] = self._prefill[hi] + np.cumsum(lanes["prefill_tokens"])
         self._hi += n
+        if n:
+            self._last_end = int(ends[-1])
+            self._forward_total, self._prefill_total = int(self._forward[self._hi]), int(self._prefill[self._hi])
         self._lo = max(self._lo, self._hi - cap)
 
     def columns(self, since_ns: int = 0) -> dict[str, np.ndarray]:
@@ -111,11 +186,14 @@ class EngineLane:
         ones), `max_batch` (the most requests in one of them) and `interfering_prefill_tokens` (prompt
         tokens computed in the steps after its first token: other requests' prefills, and its own
         recomputation after a preemption). `covered`: the window still held its first step (where
-        False, or it never ran, the summary is zeros). None when no step was kept."""
+        False, or it never ran, the summary is zeros). Each a sequence indexed like the arguments (numpy
+        arrays; lists for one request). None when no step was kept."""
         self.fold()
         lo, hi = self._lo, self._hi
         if hi == lo:
             return None
+        if len(sched) == 1:
+            return self._summary(int(sched[0]), int(first[0]), int(last[0]))
         ends = self._ends[lo:hi]
         covered = (sched > 0) & (last >= sched) & (sched >= self._lanes["start_ns"][lo])  # holds its first step
         i0 = np.where(covered, ends.searchsorted(sched, "left"), 0)
@@ -128,3 +206,18 @@ class EngineLane:
                 "max_batch": max_batch, "interfering_prefill_tokens": np.where(
                     i1 > j0, self._prefill[lo + i1] - self._prefill[lo + np.minimum(j0, i1)], 0),
                 "covered": covered}
+
+    def _summary(self, sched: int, first: int, last: int) -> dict[str, list]:
+        """`summaries` of one request, in plain Python (a tracer's: one request per finish)."""
+        lo, hi = self._lo, self._hi
+        if not (0 < sched <= last and sched >= self._starts[lo]):
+            return {"steps": [0], "forward_ns": [0], "max_batch": [0], "interfering_prefill_tokens": [0],
+                    "covered": [False]}
+        ends = self._ends[lo:hi]
+        i0 = int(ends.searchsorted(sched, "left"))
+        i1 = hi - lo if last >= self._ends[hi - 1] else int(ends.searchsorted(last, "right"))  # usually the newest
+        j0 = min(max(int(ends.searchsorted(first, "right")), i0), i1)
+        batch = int(self._batch[lo + i0:lo + i1].max()) if i1 > i0 else 0
+        return {"steps": [i1 - i0], "forward_ns": [int(self._forward[lo + i1] - self._forward[lo + i0])],
+                "max_batch": [batch], "interfering_prefill_tokens": [int(self._prefill[lo + i1] - self._prefill[lo + j0])],
+                "covered": [True]}

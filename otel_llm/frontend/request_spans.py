@@ -36,6 +36,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from otel_llm.engine.clock import offset_for
 from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.request import RequestInfo
+from otel_llm.export.lane_spans import LANE_SPAN, lane_attributes
 from otel_llm.frontend.request_table import FinishedBatch
 from otel_llm.frontend.span_limits import SpanLimiter
 
@@ -99,6 +100,20 @@ class RequestTracer:
                 self._emit_one(b, i, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps)
                 emitted += 1
         return emitted
+
+    def emit_lane(self, cols: dict, engine_anchor: tuple[int, int], engine: str) -> None:
+        """One `engine steps` span, a trace of its own, for the steps in `cols` (`EngineLane.columns`):
+        from the first one's start to the last one's end, each step's figures in array attributes
+        (`lane_spans.lane_attributes`). Always exported: a tail sampler keeps it with the request
+        traces it overlaps."""
+        e_off = offset_for(*engine_anchor, self.wall0 - self.mono0)
+        start = int(cols["start_ns"][0])
+        ids = self.provider.id_generator
+        ctx = SpanContext(ids.generate_trace_id(), ids.generate_span_id(), False, _SAMPLED)
+        attrs = {"gen_ai.request.model": self.model_name, "otel_llm.engine": engine, **lane_attributes(cols, start)}
+        self._processor.on_end(ReadableSpan(LANE_SPAN, ctx, None, self._resource, attrs, (), (), SpanKind.INTERNAL,
+                                            None, Status(StatusCode.UNSET), start + e_off,
+                                            int(cols["end_ns"][-1]) + e_off, _SCOPE))
 
     def _emit_one(self, b: FinishedBatch, i: int, trace_id: int, span_id: int, parent_id: int,
                   e_off: int, f_off: int, steps: dict | None) -> None:

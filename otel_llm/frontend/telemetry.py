@@ -115,11 +115,15 @@ class Telemetry:
             head = outputs_only_header(step)
             if head is not None and head[1:3] == self._engine_anchor:
                 with self._lock:
-                    if self.table.apply_steady(step, head[0], head[3], head[4]):
+                    steady = self.table.apply_steady(step, head[0], head[3], head[4])
+                    if steady:
                         self.computed_prompt_tokens += head[3]
                         if head[4] != HEADER_SIZE:  # the lane, right after the header
                             self.lane.add(head[0], step)
-                        return
+                if steady:
+                    if self.lane.due and self.tracer is not None:
+                        self._export_lane()
+                    return
         try:
             rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
         except ValueError:
@@ -131,10 +135,8 @@ class Telemetry:
             self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
             self.computed_prompt_tokens += rec.num_computed_prompt_tokens
             if rec.lane is not None:  # first: the requests this step finishes were in it
-                if isinstance(step, StepRecord):
-                    self.lane.add(rec.step_ts_ns, rec.lane.pack(), 0)
-                else:
-                    self.lane.add(rec.step_ts_ns, step)
+                self.lane.add(rec.step_ts_ns, *((rec.lane.pack(), 0) if isinstance(step, StepRecord) else (step,)),
+                              idle=rec.lane.running == 0 and rec.lane.waiting == 0)
             finished = self.table.apply(rec, now)
             lora = self.lora
             if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
@@ -142,6 +144,19 @@ class Telemetry:
             return finished
 
         self._apply("ingest", apply)
+        if self.lane.due and self.tracer is not None:
+            self._export_lane()
+
+    def _export_lane(self) -> None:
+        """The engine lane's latest window of steps, as one span (`RequestTracer.emit_lane`)."""
+        try:
+            with self._lock:
+                cols = self.lane.take_window()
+                anchor = self._engine_anchor
+            if cols is not None:
+                self.tracer.emit_lane(cols, anchor, self.config.engine)
+        except Exception:  # telemetry never breaks the request path
+            self._internal_error("lane export")
 
     def _apply(self, where: str, change) -> None:
         """Run `change` (returns a FinishedBatch or None) under the lock; then stats and spans."""
@@ -240,7 +255,7 @@ class Telemetry:
 
     def _fold(self) -> None:
         """Fold what the table keeps into the aggregates (under the lock; see `RequestTable.fold`)."""
-        self.lane.fold()
+        self.lane.flush()
         finished = self.table.fold()
         if finished is not None:
             self.triton.on_finished(finished)
@@ -298,5 +313,7 @@ class Telemetry:
             self._stat_logger.stop()
         with self._lock:
             self._fold()
+        if self.tracer is not None:
+            self._export_lane()
         if self.tracer is not None and self.config.tracer_provider is None:  # its own; a given one is its owner's
             self.tracer.provider.force_flush()

@@ -214,3 +214,62 @@ def test_through_a_collector_from_the_sdk():
     assert own['otel_llm_tail_sampling_traces_total{decision="kept",reason="error"}'] == 1
     assert own['otel_llm_tail_sampling_traces_total{decision="dropped",reason="not_sampled"}'] == 2
     assert own['otelcol_receiver_accepted_spans_total{receiver="otlp",transport="http"}'] == 8
+
+
+def _timed(payload: bytes, start_s: float, end_s: float) -> bytes:
+    """`payload` with every span from start_s to end_s (epoch seconds)."""
+    req = ExportTraceServiceRequest.FromString(payload)
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                span.start_time_unix_nano, span.end_time_unix_nano = int(start_s * 1e9), int(end_s * 1e9)
+    return req.SerializeToString()
+
+
+def lane_window(n: int, start_s: float, end_s: float, service: str = "svc") -> bytes:
+    """One engine lane window span (`otel_llm.export.lane_spans`), a trace of its own."""
+    from otel_llm.export.lane_spans import LANE_SPAN
+
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.add(key="service.name").value.string_value = service
+    ss = rs.scope_spans.add()
+    ss.scope.name = "otel_llm"
+    span = ss.spans.add(trace_id=trace_id(1000 + n), span_id=b"\x07" * 8, name=LANE_SPAN)
+    span.attributes.add(key="otel_llm.lane.steps").value.int_value = 3
+    return _timed(req.SerializeToString(), start_s, end_s)
+
+
+def test_lane_windows_are_kept_where_a_kept_request_of_their_process_ran():
+    """Windows wait `lane_wait_s` for the requests that ran in them, then go with them: the two that a
+    kept (slow) request overlaps are kept, one only a dropped request touched and one of another
+    process are dropped; a window that came after its request was decided is still matched."""
+    clock = Clock()
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.0, lane_wait_s=30), clock)
+    p.consume(lane_window(1, 0.0, 1.0))
+    p.consume(_timed(request(trace_id(1), ttft=0.1), 0.2, 0.8))  # fine: dropped
+    p.consume(lane_window(2, 1.0, 2.0))
+    p.consume(_timed(request(trace_id(2), ttft=3.0), 1.5, 2.5))  # slow: kept, decided at once
+    p.consume(lane_window(3, 2.0, 3.0))  # after its request's decision
+    p.consume(lane_window(4, 1.6, 2.4, service="other"))  # the same time, another process
+    assert sorted(name for _, name in out.spans()) == ["chat m", "decode", "prefill", "queue"]
+    assert p.sampler.stats().pending_spans == 4  # the windows wait
+    clock.t += 29
+    p.tick()
+    assert p.sampler.stats().pending_spans == 4
+    clock.t += 2
+    p.tick()
+    windows = [(service, name) for service, name in out.spans() if name == "engine steps"]
+    assert windows == [("svc", "engine steps")] * 2
+    stats = p.sampler.stats()
+    assert stats.traces[("kept", "lane_overlap")] == 2 and stats.traces[("dropped", "lane_no_overlap")] == 2
+    assert stats.pending_spans == 0
+
+
+def test_lane_windows_are_bounded_and_decided_at_flush():
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.0, max_spans=5))
+    for n in range(12):
+        p.consume(lane_window(n, n, n + 1))
+        assert p.sampler.stats().pending_spans <= 5
+    p.flush()
+    assert p.sampler.stats().pending_spans == 0 and p.sampler.stats().traces[("dropped", "lane_no_overlap")] == 12

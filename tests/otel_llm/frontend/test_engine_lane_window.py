@@ -48,6 +48,9 @@ def test_the_window_keeps_the_last_steps_and_sums_a_requests_steps(batch):
         want["steps"], want["forward_ns"], want["max_batch"])
     assert int(s["interfering_prefill_tokens"][0]) == sum(i % 7 for i in range(35, 39))  # after its first token
     assert (s["steps"][1], s["forward_ns"][1], s["interfering_prefill_tokens"][1]) == (0, 0, 0)
+    for k in (0, 1):  # one request at a time (a tracer's), in plain Python: the same figures
+        one = lane.summaries(sched[k:k + 1], first[k:k + 1], last[k:k + 1])
+        assert {key: int(v[0]) for key, v in one.items()} == {key: int(v[k]) for key, v in s.items()}
     assert lane.total == 40 and lane.dropped == 0
 
 
@@ -61,4 +64,4 @@ def test_lanes_that_cannot_be_true_are_dropped_and_counted():
         lane.add(at, bad.pack(), 0)
     lane.fold()
     assert lane.dropped == 4 and lane.columns()["end_ns"].tolist() == [560]
-    assert lane.summaries(np.array([0]), np.array([0]), np.array([0]))["covered"].tolist() == [False]
+    assert list(lane.summaries(np.array([0]), np.array([0]), np.array([0]))["covered"]) == [False]

@@ -204,3 +204,44 @@ def test_a_request_span_says_what_its_steps_were_and_whose_prefill_slowed_its_de
     span_b = spans["b"].attributes
     assert span_b["otel_llm.engine.interfering_prefill_tokens"] == 0  # nothing prefilled during B's decode
     assert span_b["otel_llm.engine.max_batch_requests"] == 2
+
+
+def _traced_telemetry():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Telemetry(TelemetryConfig(model_name="dummy", tracing=True, tracer_provider=provider)), exporter
+
+
+def test_the_lane_goes_out_as_window_spans_that_give_back_every_step(make_engine):
+    """Every step leaves in exactly one `engine steps` span (a trace of its own), whose array
+    attributes give the step back; the engine going idle closes the window at once."""
+    from otel_llm.export.lane_spans import LANE_SPAN, lane_steps
+
+    tel, exporter = _traced_telemetry()
+    engine = make_engine(max_num_seqs=4)
+    for rid in range(6):
+        engine.add_request(rid, list(range(10 + rid, 40 + rid)), SamplingParams(temperature=0, max_tokens=20,
+                                                                                ignore_eos=True))
+    _, _, _, telemetry = run_to_completion(engine)
+    for t in telemetry:
+        tel.ingest(t)
+    windows = [s for s in exporter.get_finished_spans() if s.name == LANE_SPAN]
+    assert windows, "the idle engine's last step closes the window"
+    lanes = [StepRecord.from_bytes(t) for t in telemetry]
+    steps = [lane_steps(s.attributes, s.start_time) for s in windows]
+    assert sum(len(c["end_ns"]) for c in steps) == len(lanes)
+    assert len({s.context.trace_id for s in windows}) == len(windows)
+    got_prefill = [int(v) for c in steps for v in c["prefill_tokens"]]
+    assert got_prefill == [r.lane.prefill_tokens for r in lanes]
+    got_batch = [int(v) for c in steps for v in c["num_requests"]]
+    assert got_batch == [r.lane.num_requests for r in lanes]
+    durations = [int(v) for c in steps for v in c["end_ns"] - c["start_ns"]]
+    assert durations == [(r.step_ts_ns - r.lane.start_ns) // 1000 * 1000 for r in lanes]  # µs on the wire
+    for s in windows:
+        assert s.attributes["otel_llm.lane.forward_source"] == "host" and s.attributes["otel_llm.engine"] == "0"
+        assert s.end_time >= s.start_time
