@@ -38,7 +38,9 @@ unknown), "error", "errorType", "finishReason"}``):
   ``{"start", "end", "truncated" (more traces started in the window), "requests" (rows before
   filtering), "models", "instances", "finishReasons" (their distinct non-empty values), "rows"
   (`TimelineRow.as_json` of the rows matching every filter; thresholds in seconds, exclusive),
-  "load" (`LoadPoint.as_json`, of those rows)}``; ``total`` = rows shown.
+  "load" (`LoadPoint.as_json`, of those rows), "lanes" (`Lane.as_json`: the engine lane's steps from
+  start to the last row's end, of the filter's model and instance; `otel_llm.collector.timeline.lanes`)}``;
+  ``total`` = rows shown.
 
 ``GET /ui`` (and ``/ui/...``) serves the timeline web view (`otel_llm.collector.extension.web_ui`), HTML, not JSON.
 
@@ -68,6 +70,7 @@ from otel_llm.collector.extension.web_ui import ui_response
 from otel_llm.collector.http_connection import EndpointHandler
 from otel_llm.collector.http_endpoint import HttpEndpoint, HttpServerSettings
 from otel_llm.collector.pdata import otlp_codec
+from otel_llm.collector.timeline.lanes import timeline_lanes
 from otel_llm.collector.timeline.rows import RowFilter, load, rows_from_traces
 from otel_llm.collector.tracestore.query import (
     SPAN_KINDS, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, plain_value, service_name,
@@ -262,10 +265,12 @@ def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
     traces = store.request_traces(start, end, limit + 1)  # one more, to know whether there were more
     rows = rows_from_traces(traces[:limit])
     shown = [row for row in rows if wanted.matches(row)]
+    lanes = timeline_lanes(store, start, max([end] + [r.end_ns // 1000 for r in rows]), wanted)
     data = {"start": start, "end": end, "truncated": len(traces) > limit, "requests": len(rows),
             "models": _distinct(r.model for r in rows), "instances": _distinct(r.instance for r in rows),
             "finishReasons": _distinct(r.finish_reason for r in rows),
-            "rows": [row.as_json() for row in shown], "load": [point.as_json() for point in load(shown)]}
+            "rows": [row.as_json() for row in shown], "load": [point.as_json() for point in load(shown)],
+            "lanes": [lane.as_json() for lane in lanes]}
     return _envelope(data, total=len(shown))
 
 

@@ -359,6 +359,19 @@ class TraceStore:
                 "ORDER BY MIN(start_us) LIMIT ?", (start_us, end_us, limit))]
             return [self._trace(db, trace_id) for trace_id in ids]
 
+    def spans_named(self, name: str, start_us: int, end_us: int, longest_us: int, limit: int) -> list[StoredSpan]:
+        """The spans called `name`, of every service, that overlap [start_us, end_us] (those that started at
+        most `longest_us` before it are looked at), by their start, at most `limit` (the engine lane's windows)."""
+        if limit <= 0:
+            raise ValueError(f"limit must be greater than 0, got {limit!r}")
+        with self._reader() as db:
+            rows = db.execute(
+                "SELECT trace_id, span_id, parent_span_id, resource_id, scope_id, name, body FROM spans "
+                "WHERE service_id IN (SELECT id FROM services) AND name = ? AND start_us BETWEEN ? AND ? "
+                "AND start_us + duration_us >= ? ORDER BY start_us LIMIT ?",
+                (name, start_us - longest_us, end_us, start_us, limit)).fetchall()
+            return [self._span(db, *row) for row in rows]
+
     def _requests(self, where: str, args: tuple, limit: int) -> list[RequestSummary]:
         if limit <= 0:
             raise ValueError(f"limit must be greater than 0, got {limit!r}")

@@ -1,5 +1,6 @@
 // The request timeline web view (collector/web_ui.py): /api/llm/timeline drawn as one row per
-// request, the load under it, and a trace's waterfall from /api/traces/{id}.
+// request, the engine lane under it (one band of steps per engine), the load, and a trace's
+// waterfall from /api/traces/{id} with the prefills that ran during its decode.
 // State is the URL fragment (window, filters, trace, span), so every view is a link.
 // Times stay exact in data-* attributes (the API's ns strings; Jaeger's µs integers); only pixel
 // positions go through floats, as ms after the window's start.
@@ -12,6 +13,7 @@ const FINISH = ["stop", "length", "abort", "error"];
 const TICK_MS = [1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500,
   1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5, 6e5, 9e5, 18e5, 36e5];
 const LEFT = 8, RIGHT = 8, AXIS = 22;
+const LANE = 46, LANE_GAP = 16, MAX_STEPS = 3000;  // a lane's height and label; steps drawn one by one up to this
 const $ = (id) => document.getElementById(id);
 
 let timeline = null;  // the last /api/llm/timeline data
@@ -170,7 +172,112 @@ function drawTimeline() {
         d: `M${at - size},${y}H${at + size}L${at},${y + h}Z`, class: "preempted"}, row);
     }
   });
+  drawLanes(width);
   drawLoad(width, x);
+}
+
+// -- the engine lane ------------------------------------------------------------------------
+
+const xUs = (width) => (us) => LEFT + ((us - timeline.start) / 1e3 - view[0]) / (view[1] - view[0]) * plotWidth(width);
+const selectedRow = () => timeline && timeline.rows.find((r) => r.trace_id === hashParams().get("trace"));
+const laneOf = (row) => row && timeline.lanes.find((l) => l.instance === row.instance && (!row.model || l.model === row.model));
+
+// The steps a request ran in: its engine's steps that ended from its prefill's start to its decode's end.
+function stepsOf(row, lane) {
+  if (!row || !lane || !row.prefill) return new Set();
+  const from = Number(BigInt(row.prefill[0]) / 1000n), to = Number(BigInt((row.decode || row.prefill)[1]) / 1000n);
+  const mine = new Set();
+  lane.end_us.forEach((end, i) => { if (end >= from && end <= to) mine.add(i); });
+  return mine;
+}
+
+function drawLanes(width) {
+  const chart = $("lanes"), lanes = timeline.lanes || [];
+  chart.replaceChildren();
+  chart.setAttribute("width", width);
+  chart.setAttribute("height", lanes.length ? lanes.length * (LANE + LANE_GAP) + 4 : 0);
+  const x = xUs(width), row = selectedRow(), lo = timeline.start + view[0] * 1e3, hi = timeline.start + view[1] * 1e3;
+  lanes.forEach((lane, k) => {
+    const top = k * (LANE + LANE_GAP) + LANE_GAP, peak = Math.max(1, ...lane.num_requests);
+    const mine = laneOf(row) === lane ? stepsOf(row, lane) : new Set();
+    const group = svg("g", {"data-kind": "lane", "data-instance": lane.instance, "data-model": lane.model,
+      "data-engine": lane.engine, "data-steps": lane.end_us.length}, chart);
+    const title = svg("text", {x: LEFT, y: top - 3, class: "axis-label"}, group, `engine ${lane.engine} of ` +
+      `${lane.instance || lane.service} (${lane.model}): its steps, height = requests in the batch (peak ${peak}): `);
+    svg("tspan", {class: "prefill"}, title, "\u2588 computed prompt tokens  ");
+    svg("tspan", {class: "decode"}, title, "\u2588 decode only");
+    svg("line", {x1: LEFT, x2: width - RIGHT, y1: top + LANE, y2: top + LANE, class: "grid"}, group);
+    const plot = clipped(group, `lane-clip-${k}`, top, width, top + LANE + 2);
+    const visible = [];
+    lane.end_us.forEach((end, i) => { if (end >= lo && lane.start_us[i] <= hi) visible.push(i); });
+    if (visible.length > MAX_STEPS) {  // too many to draw one by one: one bar per pixel, its tallest step
+      const bins = new Map();
+      for (const i of visible) {
+        const px = Math.floor(x(lane.start_us[i])), bin = bins.get(px) || {batch: 0, prefill: false, mine: false};
+        bin.batch = Math.max(bin.batch, lane.num_requests[i]);
+        bin.prefill = bin.prefill || lane.prefill_tokens[i] > 0;
+        bin.mine = bin.mine || mine.has(i);
+        bins.set(px, bin);
+      }
+      for (const [px, bin] of bins) {
+        const h = bin.batch / peak * LANE;
+        svg("rect", {"data-kind": "step-bin", x: px, y: top + LANE - h, width: 1, height: h,
+          class: `step ${bin.prefill ? "prefill" : "decode"}${bin.mine ? " mine" : ""}`}, plot);
+      }
+      return;
+    }
+    for (const i of visible) {
+      const h = Math.max(lane.num_requests[i] / peak * LANE, 1), x0 = x(lane.start_us[i]);
+      const step = svg("rect", {"data-kind": "step", "data-index": i, "data-start-us": lane.start_us[i],
+        "data-end-us": lane.end_us[i], "data-batch": lane.num_requests[i], "data-prefill-tokens": lane.prefill_tokens[i],
+        x: x0, y: top + LANE - h, width: Math.max(x(lane.end_us[i]) - x0, 0.5), height: h,
+        class: `step ${lane.prefill_tokens[i] > 0 ? "prefill" : "decode"}${mine.has(i) ? " mine" : ""}`}, plot);
+      const forward = lane.forward_us[i] >= 0 ? `, forward ${seconds(lane.forward_us[i] / 1e6)}` : "";
+      svg("title", {}, step, `step of ${seconds((lane.end_us[i] - lane.start_us[i]) / 1e6)}${forward}: ` +
+        `${lane.num_requests[i]} request(s), ${lane.prefill_tokens[i]} prefill + ${lane.decode_tokens[i]} decode ` +
+        `tokens; after it ${lane.running[i]} running, ${lane.waiting[i]} waiting, KV ${(lane.kv_usage[i] * 100).toFixed(1)}%`);
+      if (lane.preemptions[i] > 0) {
+        const at = x0, size = 4;
+        svg("path", {"data-kind": "step-preempted", "data-index": i, d: `M${at - size},${top}H${at + size}L${at},${top + 6}Z`,
+          class: "preempted"}, plot);
+      }
+    }
+  });
+}
+
+// The steps of the open request's decode that computed prompt tokens, and whose prefill it was.
+function drawInterference() {
+  const table = $("interference");
+  table.replaceChildren();
+  const row = selectedRow(), lane = laneOf(row);
+  if (!row || !lane || !row.decode) return;
+  const firstUs = Number(BigInt(row.decode[0]) / 1000n);
+  const steps = [...stepsOf(row, lane)].filter((i) => lane.end_us[i] > firstUs && lane.prefill_tokens[i] > 0);
+  const tokens = steps.reduce((sum, i) => sum + lane.prefill_tokens[i], 0);
+  html("caption", table, steps.length ? `${steps.length} step(s) of its decode computed ${tokens} prompt tokens ` +
+    "of other requests (prefill-decode interference):" : "no other request's prefill ran during its decode");
+  if (!steps.length) return;
+  const head = html("tr", table);
+  for (const title of ["step at", "step took", "prefill tokens", "requests in it", "prefilling then"]) html("th", head, title);
+  for (const i of steps) {
+    const tr = html("tr", table, undefined, {"data-kind": "interference", "data-index": i,
+      "data-prefill-tokens": lane.prefill_tokens[i]});
+    html("td", tr, `+${((lane.start_us[i] - firstUs) / 1e3).toFixed(3)} ms after its first token`);
+    html("td", tr, seconds((lane.end_us[i] - lane.start_us[i]) / 1e6));
+    html("td", tr, String(lane.prefill_tokens[i]));
+    html("td", tr, String(lane.num_requests[i]));
+    const cell = html("td", tr);
+    for (const other of timeline.rows) {
+      if (other.trace_id === row.trace_id || other.instance !== row.instance || !other.prefill) continue;
+      const a = Number(BigInt(other.prefill[0]) / 1000n), b = Number(BigInt(other.prefill[1]) / 1000n);
+      if (a < lane.end_us[i] && b >= lane.start_us[i]) {
+        const link = html("a", cell, other.trace_id.slice(0, 12), {href: "#", "data-trace-id": other.trace_id});
+        link.addEventListener("click", (event) => { event.preventDefault(); update({trace: other.trace_id, span: null}); });
+        cell.append(" ");
+      }
+    }
+    if (!cell.childNodes.length) cell.textContent = "no first prefill: a preempted request recomputing";
+  }
 }
 
 function scale(width) {
@@ -261,6 +368,8 @@ function markSelected() {
   for (const row of document.querySelectorAll("#timeline g[data-kind=row]")) {
     row.classList.toggle("selected", row.dataset.traceId === selected);
   }
+  if (timeline) drawLanes(document.documentElement.clientWidth - 32);
+  drawInterference();
 }
 
 // -- one trace's waterfall ------------------------------------------------------------------
@@ -383,6 +492,7 @@ function bind() {
   $("close-trace").addEventListener("click", () => update({trace: null, span: null}));
   $("filters").addEventListener("submit", (event) => event.preventDefault());
   zoomable($("timeline"));
+  zoomable($("lanes"));
   zoomable($("load"));
   window.addEventListener("hashchange", onUrl);
   window.addEventListener("resize", () => { redraw(); drawWaterfall(hashParams().get("span")); });

@@ -285,7 +285,8 @@ def test_timeline_endpoint(api, store):
     add(store, request(llm_spans(9, now - 3600 * 10**9)))  # before the default window, the last 15 minutes
     status, doc = get(api, "/api/llm/timeline")
     data = doc["data"]
-    assert list(data) == ["start", "end", "truncated", "requests", "models", "instances", "finishReasons", "rows", "load"]
+    assert list(data) == ["start", "end", "truncated", "requests", "models", "instances", "finishReasons", "rows", "load",
+                          "lanes"]
     assert data["end"] - data["start"] == 15 * 60 * 10**6 and abs(data["end"] - now // 1000) < 60 * 10**6
     assert status == 200 and doc["total"] == data["requests"] == 3 and doc["errors"] is None
     assert data["truncated"] is False and ok(api, "/api/llm/timeline", limit=2)["truncated"] is True

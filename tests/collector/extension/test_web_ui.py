@@ -55,6 +55,7 @@ class Served(NamedTuple):
     requests: dict[str, Request]  # by trace id: one request per trace here
     window: str  # the URL fragment of the load's window
     exemplar_trace_id: str
+    store: TraceStore
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +76,14 @@ def served(tmp_path_factory):
             store = collector.trace_store
             assert wait_until(lambda: len(stored_requests(store, start_us, end_us)) == CHATS + ABORTS, timeout_s=30)
         finally:
-            server.stop()
+            server.stop()  # its last engine lane window leaves at shutdown
+        assert wait_until(lambda: store.spans_named("engine steps", start_us, end_us, 10**8, 1000), timeout_s=10)
         requests = stored_requests(store, start_us, end_us)
         assert sum(len(r.preemptions_ns) for r in requests.values()) > 0, "the small KV cache should force preemptions"
         assert any(r.finish_reason == "abort" for r in requests.values()), "closed streams should be aborted"
         exemplars = re.findall(r'^vllm:e2e_request_latency_seconds_bucket\{.*\} \S+ # \{trace_id="([0-9a-f]{32})"',
                                openmetrics, re.M)
-        yield Served(collector.jaeger.url, requests, f"start={start_us}&end={end_us}", exemplars[0])
+        yield Served(collector.jaeger.url, requests, f"start={start_us}&end={end_us}", exemplars[0], store)
 
 
 def send_load(url: str) -> None:
@@ -250,13 +252,14 @@ def test_an_exemplar_link_opens_its_trace_waterfall(served, tmp_path):
         assert int(rows[span["spanID"]]["data-depth"]) == depth(span["spanID"])
     assert max(map(depth, ids)) == 2
     request = served.requests[trace_id]
-    table = next(attrs for tag, attrs in dom.elements if tag == "table")
+    table = next(attrs for tag, attrs in dom.elements if tag == "table" and attrs.get("id") == "attributes")
     assert table["data-span-id"] == request.span_id  # the request span is selected first
     keys = {attrs["data-key"] for tag, attrs in dom.elements if tag == "tr" and "data-key" in attrs}
     assert {"gen_ai.latency.e2e", "gen_ai.request.model", "service.instance.id"} <= keys
     queue = next(s["spanID"] for s in trace["spans"] if s["operationName"] == "queue")
     dom = page(tmp_path, f"{served.api}/ui#trace={trace_id}&span={queue}")
-    assert next(attrs for tag, attrs in dom.elements if tag == "table")["data-span-id"] == queue
+    assert next(attrs for tag, attrs in dom.elements
+                if tag == "table" and attrs.get("id") == "attributes")["data-span-id"] == queue
     screenshot = tmp_path / "waterfall.png"
     chromium(tmp_path, f"{served.api}/ui#{served.window}&trace={trace_id}", f"--screenshot={screenshot}")
     print(f"waterfall screenshot: {screenshot}")
@@ -340,3 +343,66 @@ def test_zoom_pan_click_and_controls_in_a_live_page(served, tmp_path):
         assert "start=" not in browser.eval("location.hash") and browser.eval(count) == n_aborted
         browser.eval("document.getElementById('clear-filters').click()")
         assert wait_until(lambda: browser.eval(count) == len(served.requests))
+
+
+def engine_summaries(api: str, window: str) -> dict[str, dict]:
+    """Each request span's own summary of its steps (`otel_llm.engine.*`, computed by the server), by trace id."""
+    out = {}
+    for row in httpx.get(f"{api}/api/llm/timeline?{window}", timeout=10).json()["data"]["rows"]:
+        (trace,) = httpx.get(f"{api}/api/traces/{row['trace_id']}", timeout=10).json()["data"]
+        span = next(s for s in trace["spans"] if s["spanID"] == row["span_id"])
+        tags = {t["key"]: t["value"] for t in span["tags"]}
+        out[row["trace_id"]] = {k: tags[f"otel_llm.engine.{k}"] for k in ("steps", "interfering_prefill_tokens")
+                                if f"otel_llm.engine.{k}" in tags}
+    return out
+
+
+@pytest.mark.slow
+def test_the_engine_lane_the_collector_rebuilds_agrees_with_each_request_spans_summary(served):
+    """The server summarised each request's steps from its own lane window; the collector rebuilt the
+    lane from the exported `engine steps` spans: the steps each request ran in, and the prompt tokens
+    computed during its decode, are the same both ways."""
+    from otel_llm.collector.timeline.lanes import interference, lanes_from_spans, steps_of
+    from otel_llm.collector.timeline.rows import rows_from_traces
+
+    data = httpx.get(f"{served.api}/api/llm/timeline?{served.window}", timeout=10).json()["data"]
+    (lane,) = data["lanes"]
+    assert len(lane["end_us"]) > 20 and max(lane["num_requests"]) > 1 and sum(lane["preemptions"]) > 0
+    assert all(a <= b for a, b in zip(lane["start_us"], lane["end_us"]))
+    assert all(b <= c for b, c in zip(lane["end_us"], lane["start_us"][1:]))  # one engine: steps do not overlap
+    summaries = engine_summaries(served.api, served.window)
+    store = served.store
+    start_us, end_us = (int(v.split("=")[1]) for v in served.window.split("&"))
+    rows = rows_from_traces(store.request_traces(start_us, end_us))
+    lanes = lanes_from_spans(store.spans_named("engine steps", start_us, end_us + 60_000_000, 10**8, 10_000))
+    for row in rows:
+        own = summaries[row.trace_id]
+        found = steps_of(row, lanes)
+        assert found is not None and len(found[1]) == own["steps"], (row.trace_id, own)
+        assert sum(i.prefill_tokens for i in interference(row, lanes, rows)) == own["interfering_prefill_tokens"]
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_browser_draws_the_engine_lane_and_a_requests_steps_and_interference(served, tmp_path):
+    data = httpx.get(f"{served.api}/api/llm/timeline?{served.window}", timeout=10).json()["data"]
+    (lane,) = data["lanes"]
+    summaries = engine_summaries(served.api, served.window)
+    victim = max(summaries, key=lambda t: summaries[t].get("interfering_prefill_tokens", 0))
+    assert summaries[victim]["interfering_prefill_tokens"] > 0, "the load should have prefills during decodes"
+    dom = page(tmp_path, f"{served.api}/ui#{served.window}&trace={victim}")
+    (drawn,) = dom.kind("lane")
+    assert int(drawn["data-steps"]) == len(lane["end_us"]) and drawn["data-instance"] == lane["instance"]
+    steps = dom.kind("step")
+    assert sorted(int(s["data-index"]) for s in steps) == list(range(len(lane["end_us"])))  # all in view
+    for s in steps:
+        i = int(s["data-index"])
+        assert (int(s["data-start-us"]), int(s["data-end-us"]), int(s["data-batch"]), int(s["data-prefill-tokens"])) == (
+            lane["start_us"][i], lane["end_us"][i], lane["num_requests"][i], lane["prefill_tokens"][i])
+    mine = [s for s in steps if "mine" in s["class"].split()]
+    assert len(mine) == summaries[victim]["steps"]
+    rows = dom.kind("interference")
+    assert rows and sum(int(r["data-prefill-tokens"]) for r in rows) == summaries[victim]["interfering_prefill_tokens"]
+    screenshot = tmp_path / "lane.png"
+    chromium(tmp_path, f"{served.api}/ui#{served.window}&trace={victim}", f"--screenshot={screenshot}")
+    print(f"engine lane screenshot: {screenshot}")
