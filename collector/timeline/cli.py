@@ -3,10 +3,14 @@ store (``--trace-store DIR``) or an OTLP/JSON file (``--otlp-json FILE``, see `t
 
 Writes any of: the picture (``--out``, `timeline_plot`; PNG, or SVG/PDF by the extension) with
 the data it draws beside it (``--data-out``, default the picture's name with ``.json``:
-``{"t0_ns", "rows": [TimelineRow as a dict], "load": [LoadPoint as a dict]}``, times as JSON
-integers in ns since the epoch, the spans' own), and the traces as the JSON the Jaeger UI's
-"Upload JSON" opens (``--jaeger-json``: ``{"data": [trace]}``, each trace as the query API's
-``GET /api/traces/{id}`` gives it).
+``{"t0_ns", "rows": [TimelineRow as a dict], "load": [LoadPoint as a dict], "lanes": [Lane.as_json()]}``,
+times as JSON integers in ns since the epoch, the spans' own, except the lanes' µs), and the traces
+as the JSON the Jaeger UI's "Upload JSON" opens (``--jaeger-json``: ``{"data": [trace]}``, each trace
+as the query API's ``GET /api/traces/{id}`` gives it).
+
+Under the rows, the picture draws the engine lane (`timeline.lanes`): the steps of the `engine steps`
+window spans from the window's start to its end or the last row's end, whichever is later (the last
+row's end when --limit cut the rows).
 
 The window is ``--start``/``--end`` (ISO 8601; without a zone, local time) or ``--last 15m``; by
 default everything. It holds the traces whose request span started in it, oldest first, at most
@@ -24,6 +28,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -88,29 +93,39 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     except ImportError:
         return _fail(2, "drawing needs matplotlib: pip install 'otel-llm[timeline]' (or write only --jaeger-json)")
 
+    from otel_llm.collector.timeline.lanes import timeline_lanes
     from otel_llm.collector.timeline.rows import load, rows_from_traces
 
     began = time.monotonic()
     try:
-        traces, source = _read(args, start_us, end_us)
+        with _opened(args) as (store, source):
+            traces = store.request_traces(start_us, end_us, args.limit + 1)  # one more tells there were more
+            cut = len(traces) > args.limit
+            if cut:
+                traces = traces[:args.limit]
+                _say(f"the window holds more than --limit {args.limit} traces: taking the first {args.limit} by "
+                     "start (narrow it with --start/--end/--last, or raise --limit)")
+            rows = rows_from_traces(traces)
+            if not rows:
+                return _fail(1, f"no request in {source} between {_when(start_us)} and {_when(end_us)}: "
+                                "nothing written")
+            last_end_us = (max(r.end_ns for r in rows) + 999) // 1000
+            lanes = timeline_lanes(store, start_us, last_end_us if cut else max(end_us, last_end_us))
     except (ValueError, OSError, sqlite3.Error) as exc:
         return _fail(2, str(exc))
-    if len(traces) > args.limit:
-        traces = traces[:args.limit]
-        _say(f"the window holds more than --limit {args.limit} traces: taking the first {args.limit} by start "
-             "(narrow it with --start/--end/--last, or raise --limit)")
-    rows = rows_from_traces(traces)
-    if not rows:
-        return _fail(1, f"no request in {source} between {_when(start_us)} and {_when(end_us)}: nothing written")
     points = load(rows)
     _say(f"{len(rows)} requests ({sum(map(len, traces))} spans) from {source}, read in {time.monotonic() - began:.1f} s")
+    steps = sum(len(lane.steps["end_ns"]) for lane in lanes)
+    _say(f"{len(lanes)} engine lane{'s' * (len(lanes) != 1)} ({steps} steps)" if lanes else
+         "no engine lane (no `engine steps` span) in the window")
 
     written = []
     try:
         if out is not None:
             _say(f"drawing {len(rows)} rows")
-            timeline_plot.draw(rows, points, out, args.dpi)
-            data = {"t0_ns": rows[0].start_ns, "rows": [r._asdict() for r in rows], "load": [p._asdict() for p in points]}
+            timeline_plot.draw(rows, points, out, args.dpi, lanes)
+            data = {"t0_ns": rows[0].start_ns, "rows": [r._asdict() for r in rows],
+                    "load": [p._asdict() for p in points], "lanes": [lane.as_json() for lane in lanes]}
             _write_json(data_out, data)
             written += [out, data_out]
         if args.jaeger_json:
@@ -151,32 +166,36 @@ def _outputs(args) -> tuple[str | None, str | None]:
     return out, data_out
 
 
-def _read(args, start_us: int, end_us: int) -> tuple[list, str]:
-    """The window's traces, at most --limit + 1 (one more tells that there were more), and their source."""
+@contextmanager
+def _opened(args):
+    """(the TraceStore to read, its source's name): the collector's --trace-store, or a temporary
+    store holding the --otlp-json file as a collector would store it; closed (and removed) after."""
     if args.trace_store:
         if not (Path(args.trace_store) / "traces.sqlite").is_file():
             raise ValueError(f"no trace store in {args.trace_store!r} (no traces.sqlite): give the directory the "
                              "collector's --trace-store names")
-        return _stored_traces(args.trace_store, start_us, end_us, args.limit + 1), f"trace store {args.trace_store}"
+        with _store(args.trace_store) as store:
+            yield store, f"trace store {args.trace_store}"
+    else:
+        from otel_llm.collector.tracestore.otlp_file import load_traces
 
-    from otel_llm.collector.tracestore.otlp_file import load_traces
+        if not Path(args.otlp_json).is_file():
+            raise ValueError(f"no file {args.otlp_json!r}")
+        last = [time.monotonic()]
 
-    if not Path(args.otlp_json).is_file():
-        raise ValueError(f"no file {args.otlp_json!r}")
-    last = [time.monotonic()]
+        def progress(requests: int, spans: int) -> None:
+            if time.monotonic() - last[0] >= _PROGRESS_EVERY_S:
+                last[0] = time.monotonic()
+                _say(f"read {requests} OTLP export requests ({spans} spans) from {args.otlp_json}")
 
-    def progress(requests: int, spans: int) -> None:
-        if time.monotonic() - last[0] >= _PROGRESS_EVERY_S:
-            last[0] = time.monotonic()
-            _say(f"read {requests} OTLP export requests ({spans} spans) from {args.otlp_json}")
-
-    with tempfile.TemporaryDirectory(prefix="otel-llm-timeline-") as directory:  # the file, as a collector stores it
-        fill = lambda store: load_traces(args.otlp_json, store, progress)  # noqa: E731
-        return _stored_traces(directory, start_us, end_us, args.limit + 1, fill), args.otlp_json
+        with tempfile.TemporaryDirectory(prefix="otel-llm-timeline-") as directory, _store(directory) as store:
+            load_traces(args.otlp_json, store, progress)
+            yield store, args.otlp_json
 
 
-def _stored_traces(directory: str, start_us: int, end_us: int, limit: int, fill=None) -> list:
-    """`TraceStore.request_traces` of the store in `directory`, after `fill(store)` if given."""
+@contextmanager
+def _store(directory: str):
+    """The TraceStore in `directory`, closed after; ValueError when its file is not a trace store."""
     from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
 
     try:
@@ -184,9 +203,7 @@ def _stored_traces(directory: str, start_us: int, end_us: int, limit: int, fill=
     except sqlite3.DatabaseError as exc:
         raise ValueError(f"{directory}/traces.sqlite is not a trace store: {exc}") from None
     try:
-        if fill is not None:
-            fill(store)
-        return store.request_traces(start_us, end_us, limit)
+        yield store
     finally:
         store.close()
 

@@ -3,7 +3,10 @@
 Top: one row per request, first at the top: the request span as a thin line in its finish
 reason's colour with a square at its end, its `queue`, `prefill` and `decode` spans as bars in
 three colours (edged red when the request failed or was aborted), the first token as a black
-tick and each preemption as a red cross. Bottom: how many requests were waiting and running
+tick and each preemption as a red cross. Under them, one axes per engine lane (`timeline.lanes`,
+at most MAX_LANES): each step a bar from its start to its end, as high as its batch's requests, in
+the prefill colour when it computed prompt tokens and the decode colour when it only decoded, a red
+cross on top when it preempted. Bottom: how many requests were waiting and running
 (`timeline.load`). Time runs in seconds from the first request's start.
 
 matplotlib is imported when a picture is drawn: `pip install 'otel-llm[timeline]'`.
@@ -11,9 +14,13 @@ matplotlib is imported when a picture is drawn: `pip install 'otel-llm[timeline]
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
+from otel_llm.collector.timeline.lanes import Lane
 from otel_llm.collector.timeline.rows import PHASES, LoadPoint, TimelineRow
 
 PHASE_COLOURS = {"queue": "#e6a532", "prefill": "#3b6fb6", "decode": "#5aa469"}
@@ -23,13 +30,15 @@ PREEMPTION_COLOUR = "#c62828"
 WIDTH_IN = 14.0
 _ROW_IN, _ROWS_MIN_IN, _ROWS_MAX_IN = 0.22, 3.0, 30.0  # rows' height: per row, within bounds
 _LOAD_IN, _MARGINS_IN = 2.4, 1.8  # the load axes; title, legend and time axis
+MAX_LANES, _LANE_IN = 4, 1.4  # engine lanes drawn at most, each this high
 _LABELLED_ROWS = 50  # up to this many rows, each is labelled with its span name and trace id
 
 
-def figure_size_in(num_rows: int) -> tuple[float, float]:
-    """(width, height) in inches of the picture of ``num_rows`` rows."""
+def figure_size_in(num_rows: int, num_lanes: int = 0) -> tuple[float, float]:
+    """(width, height) in inches of the picture of ``num_rows`` rows and ``num_lanes`` engine lanes
+    (MAX_LANES of them drawn at most)."""
     rows_in = min(max(num_rows * _ROW_IN, _ROWS_MIN_IN), _ROWS_MAX_IN)
-    return WIDTH_IN, rows_in + _LOAD_IN + _MARGINS_IN
+    return WIDTH_IN, rows_in + min(num_lanes, MAX_LANES) * _LANE_IN + _LOAD_IN + _MARGINS_IN
 
 
 def check_format(path: str | Path) -> None:
@@ -46,19 +55,46 @@ def _finish_colour(finish_reason: str | None) -> str:
     return FINISH_COLOURS.get(finish_reason or "", OTHER_FINISH_COLOUR)
 
 
-def draw(rows: list[TimelineRow], points: list[LoadPoint], path: str | Path, dpi: int = 100) -> None:
-    """Draws ``rows`` (ordered by start, not empty) and their ``points`` into ``path`` (the format
-    by its extension), figure_size_in(len(rows)) inches at ``dpi``."""
+def _draw_lane(ax, lane: Lane, t0_ns: int) -> None:
+    """One bar per step (a PolyCollection: a lane may hold 100,000 steps), height its batch's requests."""
+    from matplotlib.collections import PolyCollection
+
+    s = lane.steps
+    x0, x1 = (s["start_ns"] - t0_ns) / 1e9, (s["end_ns"] - t0_ns) / 1e9
+    heights = s["num_requests"].astype(float)
+    bars = np.stack([np.stack([x0, x0, x1, x1], axis=1),
+                     np.stack([np.zeros_like(heights), heights, heights, np.zeros_like(heights)], axis=1)], axis=2)
+    colours = np.where(s["prefill_tokens"] > 0, PHASE_COLOURS["prefill"], PHASE_COLOURS["decode"])
+    # edged in their own colour: a step far narrower than a pixel still shows
+    ax.add_collection(PolyCollection(bars, facecolors=colours, edgecolors=colours, linewidths=0.3))
+    preempted = s["preemptions"] > 0
+    ax.scatter((x0[preempted] + x1[preempted]) / 2, heights[preempted], marker="x", color=PREEMPTION_COLOUR, s=25,
+               linewidths=1.2, zorder=3, clip_on=False)
+    ax.set_ylim(0, max(1.0, float(heights.max())) * 1.2)
+    ax.autoscale_view(scalex=True, scaley=False)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    instance = lane.instance if len(lane.instance) <= 12 else lane.instance[:8] + "…"
+    ax.set_ylabel(f"{instance or lane.service} e{lane.engine}\nbatch", fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def draw(rows: list[TimelineRow], points: list[LoadPoint], path: str | Path, dpi: int = 100,
+         lanes: Sequence[Lane] = ()) -> None:
+    """Draws ``rows`` (ordered by start, not empty), their ``points`` and the first MAX_LANES of
+    ``lanes`` into ``path`` (the format by its extension), figure_size_in(len(rows), len(lanes))
+    inches at ``dpi``."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     t0_ns = rows[0].start_ns
     n = len(rows)
-    width_in, height_in = figure_size_in(n)
-    rows_in = height_in - _LOAD_IN - _MARGINS_IN
+    drawn_lanes = list(lanes[:MAX_LANES])
+    width_in, height_in = figure_size_in(n, len(drawn_lanes))
+    rows_in = height_in - len(drawn_lanes) * _LANE_IN - _LOAD_IN - _MARGINS_IN
     fig = Figure(figsize=(width_in, height_in), dpi=dpi, layout="constrained")
-    ax, load_ax = fig.subplots(2, 1, sharex=True, height_ratios=[rows_in, _LOAD_IN])
+    ax, *lane_axes, load_ax = fig.subplots(2 + len(drawn_lanes), 1, sharex=True,
+                                           height_ratios=[rows_in, *[_LANE_IN] * len(drawn_lanes), _LOAD_IN])
 
     def seconds(t_ns: int) -> float:
         return (t_ns - t0_ns) / 1e9
@@ -92,7 +128,10 @@ def draw(rows: list[TimelineRow], points: list[LoadPoint], path: str | Path, dpi
     ax.grid(axis="x", alpha=0.3)
     services = ", ".join(sorted({r.service for r in rows}))
     start = datetime.fromtimestamp(t0_ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
-    ax.set_title(f"{n} request{'s' * (n != 1)} of {services}, from {start}", fontsize=10)
+    cut = f"; {len(drawn_lanes)} of {len(lanes)} engine lanes drawn" if len(lanes) > len(drawn_lanes) else ""
+    ax.set_title(f"{n} request{'s' * (n != 1)} of {services}, from {start}{cut}", fontsize=10)
+    for lane_ax, lane in zip(lane_axes, drawn_lanes):
+        _draw_lane(lane_ax, lane, t0_ns)
 
     xs = [seconds(p.t_ns) for p in points]
     for field, colour in (("running", PHASE_COLOURS["decode"]), ("waiting", PHASE_COLOURS["queue"])):

@@ -201,7 +201,7 @@ function drawLanes(width) {
     const top = k * (LANE + LANE_GAP) + LANE_GAP, peak = Math.max(1, ...lane.num_requests);
     const mine = laneOf(row) === lane ? stepsOf(row, lane) : new Set();
     const group = svg("g", {"data-kind": "lane", "data-instance": lane.instance, "data-model": lane.model,
-      "data-engine": lane.engine, "data-steps": lane.end_us.length}, chart);
+      "data-engine": lane.engine, "data-steps": lane.end_us.length, class: mine.size ? "lane selecting" : "lane"}, chart);
     const title = svg("text", {x: LEFT, y: top - 3, class: "axis-label"}, group, `engine ${lane.engine} of ` +
       `${lane.instance || lane.service} (${lane.model}): its steps, height = requests in the batch (peak ${peak}): `);
     svg("tspan", {class: "prefill"}, title, "\u2588 computed prompt tokens  ");

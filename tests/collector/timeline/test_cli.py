@@ -2,7 +2,8 @@
 collector into its trace store, drawn offline: the picture is a real PNG of the promised size in
 the timeline's colours, its data is the stored spans' own timestamps, one row per request span,
 and the Jaeger JSON is what the query API answers and what the Jaeger UI's upload accepts. An
-OTLP/JSON file of vLLM's spans gets the collector's derived phases. Bad inputs: exit code and
+OTLP/JSON file of vLLM's spans gets the collector's derived phases. The engine lane's window spans
+come out as the steps put in, drawn under the rows in a taller picture. Bad inputs: exit code and
 message."""
 
 from __future__ import annotations
@@ -22,15 +23,20 @@ import httpx
 import numpy as np
 import pytest
 from google.protobuf import json_format
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.cli import main
 from otel_llm.collector.extension.jaeger_query import trace_json
 from otel_llm.collector.processor.phase_spans import PhaseSpans
 from otel_llm.collector.service import Collector, CollectorConfig
-from otel_llm.collector.timeline.plot import PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
+from otel_llm.collector.timeline.plot import MAX_LANES, PHASE_COLOURS, PREEMPTION_COLOUR, figure_size_in
 from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
+from otel_llm.engine.step import ForwardSource
+from otel_llm.export.lane_spans import LANE_SPAN, lane_attributes
 from otel_llm.server.engine_process import engine_pids
 from tests.collector.processor.test_phase_spans import vllm_request, vllm_spans
+from tests.collector.tracestore.test_store import INTERNAL, T0_NS, kvs, llm_spans, sid, tid
+from tests.collector.tracestore.test_store import request as trace_request
 from tests.server.api.api_server_harness import REPO, ServerProcess, sample, wait_until
 
 PHASES = ("queue", "prefill", "decode")
@@ -173,7 +179,16 @@ def test_a_real_servers_requests_from_the_trace_store(tmp_path):
         assert all(r[p] is not None for r in want for p in PHASES)
         assert_load_counts_the_rows(data)
 
-        width_in, height_in = figure_size_in(7)
+        # the server's engine lane, drawn under the rows: its steps, the preemptions among them
+        assert "1 engine lane (" in done.stderr
+        [lane] = data["lanes"]
+        assert {r["instance"] for r in data["rows"]} == {lane["instance"]} and lane["model"] == "dummy"
+        assert sum(lane["preemptions"]) == preemptions
+        assert lane["end_us"] == sorted(lane["end_us"])
+        for r in data["rows"]:  # its prompt computed in a step of its prefill or decode
+            assert any(r["prefill"][0] <= end_us * 1000 <= r["decode"][1]
+                       for end_us, tokens in zip(lane["end_us"], lane["prefill_tokens"]) if tokens)
+        width_in, height_in = figure_size_in(7, 1)
         assert png_size(out) == (round(width_in * 80), round(height_in * 80))
         colours = png_colours(out)
         assert len(colours) > 50  # antialiased text and lines
@@ -293,3 +308,102 @@ def test_bad_times_are_refused_by_the_parser(flag, value, capsys):
         main(["timeline", "--otlp-json", "x.json", flag, value])
     assert exited.value.code == 2 and f"invalid {'duration' if flag == '--last' else 'time'} {value!r}" in \
         capsys.readouterr().err
+
+
+MS = 1_000_000
+
+
+def step_columns(n: int, first_ns: int) -> dict[str, np.ndarray]:
+    """`n` steps of 15 ms every 20 ms from `first_ns` (whole µs, as a window span keeps them): a
+    prefill every fifth, batches of 1 to 3, a preemption in the tenth; `EngineLane.columns`' layout."""
+    start = first_ns + 20 * MS * np.arange(n, dtype=np.int64)
+    i = np.arange(n)
+    return {"start_ns": start, "end_ns": start + 15 * MS, "forward_ns": np.full(n, 9 * MS, np.int64),
+            "forward_source": np.full(n, ForwardSource.HOST, np.int8), "kv_usage": np.linspace(0.1, 0.5, n),
+            "prefill_tokens": np.where(i % 5 == 0, 12, 0), "decode_tokens": np.where(i % 5 == 0, 0, 1 + i % 3),
+            "num_requests": 1 + i % 3, "running": 1 + i % 3, "waiting": i % 2, "preemptions": (i == 10).astype(int),
+            "blocked": np.zeros(n, np.int64)}
+
+
+def lane_window(n: int, cols: dict[str, np.ndarray], instance: str = "i-1"):
+    """One `engine steps` window span of `cols`, a trace of its own, as `RequestTracer.emit_lane` sends it."""
+    start, end = int(cols["start_ns"][0]), int(cols["end_ns"][-1])
+    span = trace_pb2.Span(trace_id=tid(1000 + n), span_id=sid(1000 + n, 1), name=LANE_SPAN, kind=INTERNAL,
+                          start_time_unix_nano=start, end_time_unix_nano=end,
+                          attributes=kvs({"gen_ai.request.model": "m", "otel_llm.engine": "0",
+                                          **lane_attributes(cols, start)}))
+    return trace_request([span], **{"service.instance.id": instance})
+
+
+def write_source(tmp_path: Path, kind: str, requests: list) -> list[str]:
+    """The `requests` as a trace store or an OTLP/JSON file, and the flag that reads it."""
+    if kind == "otlp-json":
+        path = tmp_path / "spans.json"
+        path.write_text("".join(json.dumps(otlp_json(r)) + "\n" for r in requests))
+        return ["--otlp-json", str(path)]
+    store = TraceStore(TraceStoreConfig(str(tmp_path / "store")))
+    try:
+        for r in requests:
+            store.add(r.SerializeToString())
+    finally:
+        store.close()
+    return ["--trace-store", str(tmp_path / "store")]
+
+
+def iso(t_ns: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=t_ns // 1000)).isoformat()
+
+
+@pytest.mark.parametrize("kind", ["trace-store", "otlp-json"])
+def test_the_engine_lane_is_read_drawn_and_written_as_its_steps(tmp_path, kind, capsys):
+    """Three requests (instance i-1, 0.5 s each, 100 ms apart) and the lane of their engine in two
+    windows, plus a step 5 s later; --end at the last request's start: the lane runs to the last row's end."""
+    requests = [trace_request(llm_spans(n, T0_NS + (n - 1) * 100 * MS), **{"service.instance.id": "i-1"})
+                for n in (1, 2, 3)]
+    steps = step_columns(36, T0_NS + 10 * MS)  # the last starts 710 ms after T0: after the last row's end, 700 ms
+    windows = [{c: v[:20] for c, v in steps.items()}, {c: v[20:] for c, v in steps.items()}]
+    late = step_columns(1, T0_NS + 5000 * MS)
+    args = write_source(tmp_path, kind, [*requests, lane_window(1, windows[0]), lane_window(2, windows[1]),
+                                         lane_window(3, late)])
+    out = tmp_path / "t.png"
+
+    assert main(["timeline", *args, "--end", iso(T0_NS + 200 * MS), "--out", str(out), "--dpi", "50"]) == 0
+    assert "1 engine lane (35 steps)" in capsys.readouterr().err
+    [lane] = json.loads((tmp_path / "t.json").read_text())["lanes"]
+    kept = {c: v[:35] for c, v in steps.items()}  # those that started by the last row's end
+    assert (lane["service"], lane["instance"], lane["model"], lane["engine"]) == ("llm", "i-1", "m", "0")
+    assert lane["start_us"] == (kept["start_ns"] // 1000).tolist()
+    assert lane["end_us"] == (kept["end_ns"] // 1000).tolist()
+    for column in ("prefill_tokens", "decode_tokens", "num_requests", "running", "waiting", "preemptions"):
+        assert lane[column] == kept[column].tolist(), column
+    assert lane["forward_us"] == [9000] * 35
+    width_in, height_in = figure_size_in(3, 1)
+    assert png_size(out) == (round(width_in * 50), round(height_in * 50))
+    assert height_in > figure_size_in(3)[1]
+
+    # --limit cuts the rows to the first request: the lane to its end (500 ms)
+    assert main(["timeline", *args, "--limit", "1", "--out", str(out)]) == 0
+    [lane] = json.loads((tmp_path / "t.json").read_text())["lanes"]
+    assert lane["start_us"] == (steps["start_ns"][:25] // 1000).tolist()
+
+
+def test_more_lanes_than_drawn_are_all_written_and_no_lane_draws_as_before(tmp_path, capsys):
+    rows = [trace_request(llm_spans(n, T0_NS + n * MS), **{"service.instance.id": f"i-{n}"}) for n in range(6)]
+    lanes = [lane_window(n, step_columns(3 + n, T0_NS + n * MS), instance=f"i-{n}") for n in range(MAX_LANES + 1)]
+    args = write_source(tmp_path, "trace-store", [*rows, *lanes])
+    out = tmp_path / "t.png"
+    assert main(["timeline", *args, "--out", str(out), "--dpi", "40"]) == 0
+    assert f"{MAX_LANES + 1} engine lanes ({sum(range(3, 3 + MAX_LANES + 1))} steps)" in capsys.readouterr().err
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert [(lane["instance"], len(lane["end_us"])) for lane in data["lanes"]] == [
+        (f"i-{n}", 3 + n) for n in range(MAX_LANES + 1)]
+    assert png_size(out) == tuple(round(x * 40) for x in figure_size_in(6, MAX_LANES)) == \
+        tuple(round(x * 40) for x in figure_size_in(6, MAX_LANES + 1))
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    args = write_source(bare, "trace-store", rows)
+    assert main(["timeline", *args, "--out", str(out), "--dpi", "40"]) == 0
+    assert "no engine lane" in capsys.readouterr().err
+    assert json.loads((tmp_path / "t.json").read_text())["lanes"] == []
+    assert png_size(out) == tuple(round(x * 40) for x in figure_size_in(6))
