@@ -46,7 +46,7 @@ def test_dead_backend_every_span_counted(backend):
         if backend == "hung":
             dead.listen()  # connections are made, never answered
         url = f"http://127.0.0.1:{dead.getsockname()[1]}"
-        server = ServerProcess("--otlp-traces-endpoint", url, "--otlp-metrics-endpoint", url, env={
+        server = ServerProcess("--otlp-traces-endpoint", url, "--otlp-metrics-endpoint", url, "--no-engine-lane", env={
             "OTEL_BSP_MAX_QUEUE_SIZE": "20", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10", "OTEL_BSP_SCHEDULE_DELAY": "100",
             "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5", "OTEL_METRIC_EXPORT_INTERVAL": "200"}).start()
         try:
@@ -80,12 +80,16 @@ def test_live_backend_sent_is_what_it_received():
 
             def spans():  # the receiver has a batch a moment before its send returns and is counted
                 c = _counts(server.metrics(), "spans")
-                return c["sent"] == len(sink.received_spans()) == n * SPANS_PER_REQUEST and c
+                requests = [s for s in sink.received_spans() if s.name != "engine steps"]
+                return c["sent"] == len(sink.received_spans()) and len(requests) == n * SPANS_PER_REQUEST and c
 
             c = wait_until(spans, timeout_s=30)
-            assert c == {"sent": n * SPANS_PER_REQUEST, "send_failed": 0, "enqueue_failed": 0, "queue_size": 0,
-                         "queue_capacity": 8192}, _counts(server.metrics(), "spans")
-            assert set(Counter(s.trace_id for s in sink.received_spans()).values()) == {SPANS_PER_REQUEST}
+            windows = [s for s in sink.received_spans() if s.name == "engine steps"]  # the engine lane's, one trace each
+            assert windows and c == {"sent": n * SPANS_PER_REQUEST + len(windows), "send_failed": 0,
+                                     "enqueue_failed": 0, "queue_size": 0, "queue_capacity": 8192}, c
+            per_trace = Counter(s.trace_id for s in sink.received_spans())
+            assert {per_trace[s.trace_id] for s in windows} == {1}
+            assert set(per_trace.values()) == {SPANS_PER_REQUEST, 1} and len(per_trace) == n + len(windows)
             assert server.health().json()["exporters"]["traces"] == c
 
             def points():  # between two periodic exports
