@@ -60,6 +60,7 @@ SPEC_DECODE = "otel_llm.spec_decode."  # the speculative-decoding instruments' p
 KV_BLOCK = "otel_llm.kv_block."  # the KV residency histograms' prefix: shown only with --kv-cache-metrics
 SLO = "otel_llm.slo."  # goodput's prefix: shown only with an SLO configuration
 PERF = "otel_llm.engine.estimated_"  # vLLM's MFU estimates' prefix: shown only with --enable-mfu-metrics
+PERF_COUNTERS = tuple(PERF + what for what in ("flops", "read_bytes", "write_bytes"))  # vLLM's PerfStats' order
 
 
 def request_series(operation: int, stream: bool) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from otel_llm.canonical.instruments import PERF_COUNTERS
 from otel_llm.canonical.metrics_state import MetricsState
 from otel_llm.engine.step import HEADER_SIZE, LANE_DTYPE, LANE_SIZE, LANE_STRUCT, ForwardSource
 
@@ -28,9 +29,7 @@ _SCALAR_FOLD = 8  # up to this many kept lanes are folded one by one (numpy's pe
 WINDOW_NS = 1_000_000_000  # an exported window of steps spans at most this long
 WINDOW_STEPS = 256  # and holds at most this many
 COLUMNS = ("end_ns", *LANE_DTYPE.names)
-_ESTIMATES = ("flops", "read_bytes", "write_bytes")  # vLLM's MFU estimates: summed into _COUNTERS at `flush`
-_COUNTERS = ("otel_llm.engine.estimated_flops", "otel_llm.engine.estimated_read_bytes",
-             "otel_llm.engine.estimated_write_bytes")
+_ESTIMATES = ("flops", "read_bytes", "write_bytes")  # vLLM's MFU estimates: summed into PERF_COUNTERS at `flush`
 _COUNTS = ("forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running", "waiting", "preemptions",
            "flops", "read_bytes", "write_bytes")
 
@@ -110,7 +109,7 @@ class EngineLane:
         """`fold`, then add the estimates summed since the last flush to their counters (before a read)."""
         self.fold()
         if any(self._estimates):  # (vLLM skips an all-zero step: adding 0 is the same)
-            for counter, total in zip(_COUNTERS, self._estimates):
+            for counter, total in zip(PERF_COUNTERS, self._estimates):
                 self.metrics.add(counter, total)
             self._estimates = [0, 0, 0]
 

@@ -112,13 +112,14 @@ class _OtelSide:
             _env_positive_number(var)
         model = vllm_config.model_config
         parallel = vllm_config.parallel_config
+        observability = getattr(vllm_config, "observability_config", None)
         self.rank = getattr(parallel, "_api_process_rank", 0)
         self.api_servers = getattr(parallel, "_api_process_count", 1)
         self.agg = VllmStatsAggregator(str(model.served_model_name), model.max_model_len, engine_indexes or [0],
                                        extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
                                        vllm_families=vllm_families,
-                                       kv_cache_metrics=bool(getattr(getattr(vllm_config, "observability_config",
-                                                                             None), "kv_cache_metrics", False)),
+                                       kv_cache_metrics=bool(getattr(observability, "kv_cache_metrics", False)),
+                                       mfu_metrics=bool(getattr(observability, "enable_mfu_metrics", False)),
                                        step_tokens_computed=parse_version(vllm_version()) >= STEP_TOKENS_COMPUTED_FROM,
                                        slo=slo)
         self.reader = None

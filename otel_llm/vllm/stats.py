@@ -38,7 +38,9 @@ from operator import attrgetter
 import numpy as np
 
 from otel_llm.canonical.aggregation import HistogramState
-from otel_llm.canonical.instruments import DIMENSIONS, OPERATIONS, Instrument, instrument_table, request_series
+from otel_llm.canonical.instruments import (
+    DIMENSIONS, OPERATIONS, PERF_COUNTERS, Instrument, instrument_table, request_series,
+)
 from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
 from otel_llm.canonical.step_stats import add_prefix_cache, add_spec_decoding, fold_kv_evictions, set_scheduler
 from otel_llm.engine.step import FinishReason
@@ -62,6 +64,7 @@ _ITERATION_FIELDS = ("num_generation_tokens", "num_preempted_reqs", "max_num_gen
 _ITERATION = attrgetter(*_ITERATION_FIELDS, "prompt_token_stats")
 _ITERATION_BEFORE_0_16 = attrgetter(*_ITERATION_FIELDS, "num_prompt_tokens")
 _PROMPT = attrgetter("total", "computed", "local_cache_hit", "external_kv_transfer", "cached_tokens")
+_PERF = attrgetter("num_flops_per_gpu", "num_read_bytes_per_gpu", "num_write_bytes_per_gpu")
 _SPEC = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 _COLUMN = {name: i for i, name in enumerate(_FINISHED_FIELDS)}
 # canonical histogram <- its FinishedRequestStats column
@@ -117,7 +120,7 @@ class VllmStatsAggregator:
     def __init__(self, model_name: str, max_model_len: int, engine_indexes=(0,), flush_every: int = 256,
                  extra_buckets: dict[str, tuple[float, ...]] | None = None, provider_name: str = "vllm",
                  scheduler_gauges: bool = True, vllm_families: bool = True, kv_cache_metrics: bool = False,
-                 step_tokens_computed: bool = True, slo: SloConfig | None = None) -> None:
+                 step_tokens_computed: bool = True, slo: SloConfig | None = None, mfu_metrics: bool = False) -> None:
         """`extra_buckets`: canonical instrument -> boundaries to add (a vLLM family's custom buckets,
         so that it can be re-bucketed exactly). `scheduler_gauges=False`: leave the running/waiting/
         KV-usage gauges unset (another process exports them). `vllm_families=False`: keep only the
@@ -126,7 +129,8 @@ class VllmStatsAggregator:
         (under the lock). `kv_cache_metrics`: vLLM's `--kv-cache-metrics` is on (its residency
         histograms are exported). `step_tokens_computed`: a step's tokens count the prompt tokens it
         computed (vLLM 0.23 on), else every prompt token it scheduled (before). `slo`: objectives each
-        finished request is judged against (goodput, `otel_llm.slo.requests`)."""
+        finished request is judged against (goodput, `otel_llm.slo.requests`). `mfu_metrics`: vLLM's
+        `--enable-mfu-metrics` is on: its per-step `perf_stats` are summed (`otel_llm.engine.estimated_*`)."""
         table = instrument_table(max_model_len)
         for name, bounds in (extra_buckets or {}).items():
             inst = table[name]
@@ -137,6 +141,7 @@ class VllmStatsAggregator:
         self._lock = threading.Lock()
         self.scheduler_gauges, self.vllm_families = scheduler_gauges, vllm_families
         self.kv_cache_metrics, self.step_tokens_computed = kv_cache_metrics, step_tokens_computed
+        self.mfu_metrics = mfu_metrics
         self.on_steps = None
         self.slo = slo
         self.goodput = None if slo is None else Goodput(slo, model_name, scale=1.0)  # vLLM's stats are in seconds
@@ -156,7 +161,7 @@ class VllmStatsAggregator:
         if e is None:
             config = TelemetryConfig(self._model, engine=str(idx), max_model_len=self._max_len, log_stats=False,
                                      tracing=False, provider_name=self._provider,
-                                     kv_cache_metrics=self.kv_cache_metrics, slo=self.slo)
+                                     kv_cache_metrics=self.kv_cache_metrics, slo=self.slo, mfu_metrics=self.mfu_metrics)
             e = self.engines[idx] = EngineStats(config, self.table, self._lock, self.flush)
             e.goodput = self.goodput
         return e
@@ -255,6 +260,11 @@ class VllmStatsAggregator:
             fold_kv_evictions(m, np.array([ev.lifetime_seconds for ev in evictions], np.float64),
                               np.array([ev.idle_seconds for ev in evictions], np.float64),
                               np.array([g for ev in evictions for g in ev.reuse_gaps_seconds], np.float64))
+        perf = [p for p in (getattr(s, "perf_stats", None) for s in scheds) if p is not None] if self.mfu_metrics else ()
+        if perf:  # vLLM's `PerfMetricsProm.observe` per step (it skips an all-zero step: adding 0 is the same)
+            flops, read, write = zip(*map(_PERF, perf))
+            for counter, values in zip(PERF_COUNTERS, (flops, read, write)):
+                m.add(counter, sum(values))
         if not self.vllm_families:
             return
         x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits

@@ -165,3 +165,4 @@ def test_vllm_eviction_events_feed_the_same_instruments():
     assert exported[I.KV_BLOCK + "lifetime"].count == 2
     assert exported[I.KV_BLOCK + "lifetime"].sum == pytest.approx(40.002)
     assert exported[I.KV_BLOCK + "reuse_gap"].count == 2
+

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_llm.export.metric_producer import attach_reader
+from otel_llm.canonical.instruments import PERF_COUNTERS
+from otel_llm.export.metric_producer import attach_reader, to_metrics
 from otel_llm.vllm.stats import VllmStatsAggregator
 
 
@@ -197,3 +198,22 @@ def test_goodput_judges_each_finished_request_from_its_stats():
     points = [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
               for m in sm.metrics if m.name == GOODPUT for p in m.data.data_points]
     assert sum(p.value for p in points) == sum(want.values())
+
+
+def test_vllm_perf_stats_are_summed_as_its_mfu_counters_only_when_it_has_them_on():
+    """vLLM's `--enable-mfu-metrics`: each step's `SchedulerStats.perf_stats` adds to
+    `otel_llm.engine.estimated_*` (exported); without the flag nothing is declared or exported."""
+    def sched(flops):
+        return NS(num_running_reqs=1, num_waiting_reqs=0, num_skipped_waiting_reqs=0, kv_cache_usage=0.1,
+                  prefix_cache_stats=NS(queries=0, hits=0), connector_prefix_cache_stats=None, spec_decoding_stats=None,
+                  kv_cache_eviction_events=None,
+                  perf_stats=NS(num_flops_per_gpu=flops, num_read_bytes_per_gpu=flops // 2, num_write_bytes_per_gpu=7))
+
+    on = VllmStatsAggregator("m", 8192, vllm_families=False, mfu_metrics=True)
+    off = VllmStatsAggregator("m", 8192, vllm_families=False)
+    for agg in (on, off):
+        for flops in (10**12, 3 * 10**11):
+            agg.record(sched(flops), None)
+    exported = {m.name: m.data.data_points[0].value for m in to_metrics(on.engines[0])}
+    assert [exported[name] for name in PERF_COUNTERS] == [1.3e12, 6.5e11, 14.0]
+    assert not {m.name for m in to_metrics(off.engines[0])} & set(PERF_COUNTERS)
