@@ -333,7 +333,7 @@ def two_servers_run(model_dir):
            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta", "OTEL_LLM_VLLM_METRICS": None,
            "VLLM_PLUGINS": None, "VLLM_LOG_STATS_INTERVAL": "1"}
     try:
-        with VllmServer(model_dir, env=env, args=["--api-server-count", "2"]) as server:
+        with VllmServer(model_dir, env=env, args=["--api-server-count", "2", "--enable-mfu-metrics"]) as server:
             spread_load(server.url)
             vllm_text = wait_idle(server.url)
             got = collector_caught_up(collector.prom, samples(vllm_text))

@@ -117,6 +117,10 @@ def assert_totals_equal(want: dict, got: dict) -> None:
     for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
                  "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
         assert got[(name, base)] == want[(name, base)], name
+    for name in ("vllm:estimated_flops_per_gpu_total", "vllm:estimated_read_bytes_per_gpu_total",
+                 "vllm:estimated_write_bytes_per_gpu_total"):  # with --enable-mfu-metrics
+        if (name, base) in want:
+            assert want[(name, base)] > 0 and got[(name, base)] == want[(name, base)], name
     served = [h for h in HISTOGRAMS if (f"vllm:{h}_count", base) in want]  # a release serves those it has
     assert len(served) >= len(HISTOGRAMS) - 1, served  # (request_num_preemptions: vLLM 0.30 on)
     for h in served:
