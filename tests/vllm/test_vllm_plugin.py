@@ -352,6 +352,10 @@ def test_two_api_servers_push_their_shares_and_the_collector_sums_them_exactly(t
     # vLLM's own behaviour, documented: no periodic log line with several API servers
     assert "disabling stats logging" in log and "Avg prompt throughput" not in log
     assert_totals_equal(samples(two_servers_run["vllm"]), two_servers_run["collector"])
+    # --enable-mfu-metrics: vLLM's estimates, summed over both senders (checked equal above)
+    assert {n for n, _ in two_servers_run["collector"] if n.startswith("vllm:estimated_")} == {
+        "vllm:estimated_flops_per_gpu_total", "vllm:estimated_read_bytes_per_gpu_total",
+        "vllm:estimated_write_bytes_per_gpu_total"}
     served, running = {}, []
     for fam in text_string_to_metric_families(two_servers_run["per_sender"]):
         for s in fam.samples:
