@@ -11,7 +11,7 @@ holds about 80 s).
 The window is one contiguous run of a buffer twice its size, in step order, with running totals of
 forward time and prefill tokens beside it: a request's summary (`summaries`: the steps it was in,
 their forward time, the largest batch it shared, the prefill tokens of other requests computed
-during its decode) is two binary searches and two subtractions, for a whole batch of requests at once.
+during its decode) is three binary searches and a few subtractions, for a whole batch of requests at once.
 """
 
 from __future__ import annotations
