@@ -85,15 +85,27 @@ def wait_idle(url: str, timeout: float = 30.0) -> str:
         time.sleep(0.3)
 
 
-def start_collector(*args: str) -> SimpleNamespace:
-    """`otel-llm collector` (as `python -m otel_llm collector`): the process and its ports."""
-    ports = SimpleNamespace(http=free_port(), grpc=free_port(), prom=free_port(), jaeger=free_port())
-    ports.proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_llm", "collector", "--otlp-http-port", str(ports.http),
-         "--otlp-grpc-port", str(ports.grpc), "--prometheus-port", str(ports.prom),
-         "--jaeger-port", str(ports.jaeger), *args],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    return ports
+def start_collector(*args: str, attempts: int = 3) -> SimpleNamespace:
+    """`otel-llm collector` (as `python -m otel_llm collector`): the process and its ports, once it
+    answers. A free port can be taken between `free_port` and the collector's bind (vLLM picks ports
+    of its own): a collector that exits at start is started again on new ports."""
+    for _ in range(attempts):
+        ports = SimpleNamespace(http=free_port(), grpc=free_port(), prom=free_port(), jaeger=free_port())
+        ports.proc = subprocess.Popen(
+            [sys.executable, "-m", "otel_llm", "collector", "--otlp-http-port", str(ports.http),
+             "--otlp-grpc-port", str(ports.grpc), "--prometheus-port", str(ports.prom),
+             "--jaeger-port", str(ports.jaeger), *args],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while ports.proc.poll() is None and time.time() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{ports.prom}/metrics", timeout=2)
+                return ports
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        ports.proc.kill()
+        ports.proc.wait(10)
+    raise RuntimeError(f"otel-llm collector {' '.join(args)} did not start in {attempts} attempts")
 
 
 def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict:
@@ -117,10 +129,13 @@ def assert_totals_equal(want: dict, got: dict) -> None:
     for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
                  "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
         assert got[(name, base)] == want[(name, base)], name
-    for name in ("vllm:estimated_flops_per_gpu_total", "vllm:estimated_read_bytes_per_gpu_total",
-                 "vllm:estimated_write_bytes_per_gpu_total"):  # with --enable-mfu-metrics
-        if (name, base) in want:
-            assert want[(name, base)] > 0 and got[(name, base)] == want[(name, base)], name
+    # vLLM's MFU estimates: declared by some releases without --enable-mfu-metrics (then 0, and not pushed);
+    # with it, equal. An empty step bills only the weight reads, and one may land on either side of the
+    # two readings, so the read bytes are equal within 1 %.
+    for name, tolerance in (("vllm:estimated_flops_per_gpu_total", 0.0), ("vllm:estimated_write_bytes_per_gpu_total", 0.0),
+                            ("vllm:estimated_read_bytes_per_gpu_total", 0.01)):
+        if want.get((name, base)):
+            assert math.isclose(got[(name, base)], want[(name, base)], rel_tol=tolerance), name
     served = [h for h in HISTOGRAMS if (f"vllm:{h}_count", base) in want]  # a release serves those it has
     assert len(served) >= len(HISTOGRAMS) - 1, served  # (request_num_preemptions: vLLM 0.30 on)
     for h in served:
