@@ -16,11 +16,7 @@ import numpy as np
 
 from otel_llm.collector.timeline.rows import TimelineRow
 from otel_llm.collector.tracestore.query import StoredSpan, plain_value, service_name
-from otel_llm.export.lane_spans import LANE_SPAN, lane_steps
-
-# the columns a lane keeps (ns for times; see lane_spans.lane_steps)
-COLUMNS = ("start_ns", "end_ns", "forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running",
-           "waiting", "preemptions", "blocked", "kv_usage")
+from otel_llm.export.lane_spans import LANE_SPAN, STEP_COLUMNS, lane_steps
 
 
 class Lane(NamedTuple):
@@ -28,7 +24,7 @@ class Lane(NamedTuple):
     instance: str  # service.instance.id, "" if none
     model: str
     engine: str
-    steps: dict[str, np.ndarray]  # COLUMNS, in time order
+    steps: dict[str, np.ndarray]  # lane_spans.STEP_COLUMNS (ns for times), in time order
 
     def as_json(self) -> dict:
         """For the web view: times in µs since the epoch (exact in a JSON number), -1 for no forward time."""
@@ -37,7 +33,7 @@ class Lane(NamedTuple):
                "start_us": (s["start_ns"] // 1000).tolist(), "end_us": (s["end_ns"] // 1000).tolist(),
                "forward_us": np.where(s["forward_ns"] >= 0, s["forward_ns"] // 1000, -1).tolist(),
                "kv_usage": s["kv_usage"].tolist()}
-        out.update((c, s[c].tolist()) for c in COLUMNS if c not in ("start_ns", "end_ns", "forward_ns", "kv_usage"))
+        out.update((c, s[c].tolist()) for c in STEP_COLUMNS[4:])  # the counts
         return out
 
 
@@ -67,7 +63,7 @@ def lanes_from_spans(spans: Iterable[StoredSpan], start_ns: int = 0, end_ns: int
         parts.setdefault(key, []).append(cols)
     lanes = []
     for key in sorted(parts):
-        joined = {c: np.concatenate([p[c] for p in parts[key]]) for c in COLUMNS}
+        joined = {c: np.concatenate([p[c] for p in parts[key]]) for c in STEP_COLUMNS}
         order = np.argsort(joined["end_ns"], kind="stable")
         joined = {c: v[order] for c, v in joined.items()}
         keep = (joined["end_ns"] >= start_ns) & (joined["start_ns"] <= end_ns)
@@ -93,8 +89,8 @@ def timeline_lanes(store, start_us: int, end_us: int, wanted=None) -> list[Lane]
 
 
 def _lane_of(row: TimelineRow, lanes: list[Lane]) -> Lane | None:
-    return next((lane for lane in lanes if lane.instance == row.instance and (not row.model or lane.model == row.model)),
-                None)
+    return next((lane for lane in lanes
+                 if lane.instance == row.instance and (not row.model or lane.model == row.model)), None)
 
 
 def steps_of(row: TimelineRow, lanes: list[Lane]) -> tuple[Lane, np.ndarray] | None:

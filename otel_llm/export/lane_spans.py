@@ -27,6 +27,7 @@ LANE_PREFIX = "otel_llm.lane."
 _COUNTS = (("prefill_tokens", "prefill_tokens"), ("decode_tokens", "decode_tokens"),
            ("batch_requests", "num_requests"), ("running", "running"), ("waiting", "waiting"),
            ("preemptions", "preemptions"), ("blocked", "blocked"))
+STEP_COLUMNS = ("start_ns", "end_ns", "forward_ns", "kv_usage", *(column for _, column in _COUNTS))  # `lane_steps`'
 
 
 def lane_attributes(cols: dict[str, np.ndarray], start_ns: int) -> dict:

@@ -28,7 +28,6 @@ _LANE_UNPACK = LANE_STRUCT.unpack_from
 _SCALAR_FOLD = 8  # up to this many kept lanes are folded one by one (numpy's per-call cost exceeds the work)
 WINDOW_NS = 1_000_000_000  # an exported window of steps spans at most this long
 WINDOW_STEPS = 256  # and holds at most this many
-COLUMNS = ("end_ns", *LANE_DTYPE.names)
 _ESTIMATES = ("flops", "read_bytes", "write_bytes")  # vLLM's MFU estimates: summed into PERF_COUNTERS at `flush`
 _COUNTS = ("forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running", "waiting", "preemptions",
            "flops", "read_bytes", "write_bytes")
@@ -169,7 +168,7 @@ class EngineLane:
         self._lo = max(self._lo, self._hi - cap)
 
     def columns(self, since_ns: int = 0) -> dict[str, np.ndarray]:
-        """The kept steps that ended after `since_ns`, oldest first, one array per `COLUMNS` name
+        """The kept steps that ended after `since_ns`, oldest first: `end_ns` and each `StepLane` field, an array each
         (copies). Call `fold` first."""
         ends = self._ends[self._lo:self._hi]
         rows = slice(self._lo + int(np.searchsorted(ends, since_ns, "right")), self._hi)
@@ -217,6 +216,6 @@ class EngineLane:
         i1 = hi - lo if last >= self._ends[hi - 1] else int(ends.searchsorted(last, "right"))  # usually the newest
         j0 = min(max(int(ends.searchsorted(first, "right")), i0), i1)
         batch = int(self._batch[lo + i0:lo + i1].max()) if i1 > i0 else 0
+        interfering = int(self._prefill[lo + i1] - self._prefill[lo + j0])
         return {"steps": [i1 - i0], "forward_ns": [int(self._forward[lo + i1] - self._forward[lo + i0])],
-                "max_batch": [batch], "interfering_prefill_tokens": [int(self._prefill[lo + i1] - self._prefill[lo + j0])],
-                "covered": [True]}
+                "max_batch": [batch], "interfering_prefill_tokens": [interfering], "covered": [True]}

@@ -315,5 +315,5 @@ class Telemetry:
             self._fold()
         if self.tracer is not None:
             self._export_lane()
-        if self.tracer is not None and self.config.tracer_provider is None:  # its own; a given one is its owner's
-            self.tracer.provider.force_flush()
+            if self.config.tracer_provider is None:  # its own; a given one is its owner's
+                self.tracer.provider.force_flush()

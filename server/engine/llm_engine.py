@@ -304,20 +304,22 @@ class LLMEngine:
             contexts = sum(map(_COMPUTED, seqs)) + len(seqs)  # each sequence's context after its one token
             cost = self.perf.estimate(len(seqs), contexts, contexts) if self.perf is not None else (0, 0, 0)
             return (0, len(set(map(_REQUEST, seqs))), *cost)
-        prefill = requests = 0
+        # vLLM's ExecutionContext sums: tokens x context, contexts, and the prefilling sequences' share
+        prefill = requests = prefilling = prefill_context = context_sum = token_context = 0
         last = None
-        contexts, prefilling = [], []
         for seq, n in zip(seqs, sched.num_new_tokens):
             context = seq.num_computed_tokens + n
-            is_prefill = n > 1 or context <= seq.num_prompt_tokens
-            if is_prefill:
+            context_sum += context
+            token_context += n * context
+            if n > 1 or context <= seq.num_prompt_tokens:
                 prefill += n
-            contexts.append(context)
-            prefilling.append(is_prefill)
+                prefilling += 1
+                prefill_context += context
             if seq.request is not last:  # a request's sequences are contiguous in the schedule
                 requests += 1
                 last = seq.request
-        cost = self.perf.step(sched.num_new_tokens, contexts, prefilling) if self.perf is not None else (0, 0, 0)
+        cost = (0, 0, 0) if self.perf is None else self.perf.estimate(
+            sum(sched.num_new_tokens), context_sum, token_context, prefilling, prefill, prefill_context)
         return (prefill, requests, *cost)
 
     def _lane(self, sched: SchedulerOutput, start_ns: int, batch: tuple[int, int, int, int, int]) -> StepLane:
