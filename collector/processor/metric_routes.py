@@ -46,7 +46,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from otel_llm.canonical.cardinality import OVERFLOW_ATTRIBUTE
 from otel_llm.canonical.instruments import (
     ADAPTER_ATTRIBUTE, CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DEFAULT_MODEL_VERSION, ENGINE_ATTRIBUTE, LORA_REQUESTS,
-    MAX_SPEC_POSITIONS, MODEL_ATTRIBUTE, SPEC_DECODE, Instrument, Kind, instrument_table,
+    DECLARED_AT_ZERO, MAX_SPEC_POSITIONS, MODEL_ATTRIBUTE, SPEC_DECODE, Instrument, Kind, instrument_table,
 )
 from otel_llm.collector.pdata import metrics_wire as wire
 from otel_llm.export.exposition import cache_value, series_groups
@@ -239,8 +239,8 @@ class Router:
     def _profile_route(self, inst: Instrument, fam: ProfileFamily) -> Route:
         # The series a server pre-creates (emit_empty), except where it depends on what the collector
         # cannot know: its draft positions, its adapters, its cache config.
-        precreated = (self.profile.emit_empty and not inst.name.startswith(SPEC_DECODE)
-                      and inst.name not in (LORA_REQUESTS, CACHE_CONFIG_INFO))
+        precreated = ((self.profile.emit_empty or inst.name in DECLARED_AT_ZERO)
+                      and not inst.name.startswith(SPEC_DECODE) and inst.name not in (LORA_REQUESTS, CACHE_CONFIG_INFO))
         return Route(fam.name, fam.kind(inst), inst.description if fam.help is None else fam.help,
                      None if fam.part else fam.canonical_buckets, self.profile, fam, inst,
                      empty=tuple(pairs for pairs, _ in series_groups(inst, fam)) if precreated else ())

@@ -1,7 +1,7 @@
 """The engine lane under the request timeline: one lane of steps per server engine.
 
 A lane comes from the `engine steps` window spans (`otel_llm.export.lane_spans`) of one process
-(`service.instance.id`) and engine, their steps joined in time order. For a request row, `steps_of`
+(`service.instance.id`, or vLLM's process id) and engine, their steps joined in time order. For a request row, `steps_of`
 gives the steps it ran in (same instance, from its prefill's start to its decode's end) and
 `interference` the steps of its decode that computed prompt tokens, each with the requests whose
 prefill ran then: the prefills that slowed its inter-token latency.
@@ -15,13 +15,13 @@ from typing import NamedTuple
 import numpy as np
 
 from otel_llm.collector.timeline.rows import TimelineRow
-from otel_llm.collector.tracestore.query import StoredSpan, plain_value, service_name
+from otel_llm.collector.tracestore.query import StoredSpan, instance_id, plain_value, service_name
 from otel_llm.export.lane_spans import LANE_SPAN, STEP_COLUMNS, lane_steps
 
 
 class Lane(NamedTuple):
     service: str
-    instance: str  # service.instance.id, "" if none
+    instance: str  # service.instance.id (or vLLM's process id: `query.instance_id`), "" if none
     model: str
     engine: str
     steps: dict[str, np.ndarray]  # lane_spans.STEP_COLUMNS (ns for times), in time order
@@ -57,8 +57,7 @@ def lanes_from_spans(spans: Iterable[StoredSpan], start_ns: int = 0, end_ns: int
         cols = lane_steps(attrs, span.start_time_unix_nano)
         if cols is None:
             continue
-        resource = {kv.key: plain_value(kv.value) for kv in stored.resource.attributes}
-        key = (service_name(stored.resource), str(resource.get("service.instance.id", "")),
+        key = (service_name(stored.resource), instance_id(stored.resource),
                str(attrs.get("gen_ai.request.model", "")), str(attrs.get("otel_llm.engine", "")))
         parts.setdefault(key, []).append(cols)
     lanes = []

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from otel_llm.collector.pdata.request_span import request_facts
-from otel_llm.collector.tracestore.query import StoredSpan, plain_value, service_name
+from otel_llm.collector.tracestore.query import StoredSpan, instance_id, plain_value, service_name
 
 PHASES = ("queue", "prefill", "decode")
 
@@ -30,7 +30,7 @@ class TimelineRow(NamedTuple):
     trace_id: str  # hex
     span_id: str  # the request span's, hex
     service: str
-    instance: str  # service.instance.id, "" if none
+    instance: str  # service.instance.id (or vLLM's process id: `query.instance_id`), "" if none
     model: str  # gen_ai.request.model, "" if none
     name: str  # the request span's name
     start_ns: int
@@ -117,15 +117,13 @@ def _row(stored: StoredSpan, phases: dict[str, StoredSpan]) -> TimelineRow | Non
     if not facts.is_request:
         return None
     attrs = {kv.key: kv.value for kv in span.attributes}
-    resource = {kv.key: kv.value for kv in stored.resource.attributes}
     model = attrs.get("gen_ai.request.model")
-    instance = resource.get("service.instance.id")
     first_token = next((e.time_unix_nano for e in span.events if e.name == "first_token"), None)
     if first_token is None and "prefill" in phases:
         first_token = next((e.time_unix_nano for e in phases["prefill"].span.events if e.name == "first_token"), None)
     return TimelineRow(
         span.trace_id.hex(), span.span_id.hex(), service_name(stored.resource),
-        "" if instance is None else str(plain_value(instance)), "" if model is None else str(plain_value(model)),
+        instance_id(stored.resource), "" if model is None else str(plain_value(model)),
         span.name, span.start_time_unix_nano, span.end_time_unix_nano,
         *(_interval(phases.get(name)) for name in PHASES), first_token,
         tuple(sorted(e.time_unix_nano for e in span.events if e.name == "preempted")),

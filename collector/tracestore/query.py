@@ -89,6 +89,17 @@ def service_name(resource: Resource) -> str:
     return next((kv.value.string_value for kv in resource.attributes if kv.key == "service.name"), "")
 
 
+# resource attributes that name one process, in order of preference: OTel's, then vLLM's tracer's
+# (vLLM's resources carry no service.instance.id; its pid tells its API-server processes apart)
+_INSTANCE_KEYS = ("service.instance.id", "vllm.process_id")
+
+
+def instance_id(resource: Resource) -> str:
+    """The process a resource names (`service.instance.id`, else vLLM's `vllm.process_id`), "" if none."""
+    attrs = {kv.key: kv.value for kv in resource.attributes if kv.key in _INSTANCE_KEYS}
+    return next((str(plain_value(attrs[k])) for k in _INSTANCE_KEYS if k in attrs), "")
+
+
 def parse_trace_id(text: str) -> bytes:
     """1-32 hex digits (Jaeger shortens ids whose high half is 0) -> 16 bytes; ValueError otherwise."""
     if not 1 <= len(text) <= 32 or any(c not in "0123456789abcdefABCDEF" for c in text):

@@ -53,6 +53,9 @@ DIMENSIONS = {
     "otel_llm.spec_decode.position": tuple(str(i) for i in range(MAX_SPEC_POSITIONS)),  # draft positions
     "otel_llm.rejection_reason": ("max_num_queued_reqs", "max_num_queued_tokens"),  # vLLM's admission limits
     "otel_llm.slo.missed": SLO_MISSED,
+    # vLLM's CacheHitSource: the tier that supplied prefix-cache hits (device: this engine's own cache)
+    "otel_llm.cache_source": ("device", "host", "p2p", "disk", "external_unspecified"),
+    "otel_llm.sleep_state": ("awake", "weights_offloaded", "discard_all"),  # vLLM's engine sleep levels 0, 1, 2
 }
 
 
@@ -61,6 +64,10 @@ KV_BLOCK = "otel_llm.kv_block."  # the KV residency histograms' prefix: shown on
 SLO = "otel_llm.slo."  # goodput's prefix: shown only with an SLO configuration
 PERF = "otel_llm.engine.estimated_"  # vLLM's MFU estimates' prefix: shown only with --enable-mfu-metrics
 PERF_COUNTERS = tuple(PERF + what for what in ("flops", "read_bytes", "write_bytes"))  # vLLM's PerfStats' order
+SLEEP_STATE = "otel_llm.engine.sleep_state"  # set only by a source with a sleep mode (vLLM)
+# Counters exported with every series from the start, zeros included (vLLM pre-creates their
+# children, so a collector re-serving them shows the family before the first event)
+DECLARED_AT_ZERO = frozenset({"otel_llm.admission.rejections", "otel_llm.prefix_cache.hits_by_source"})
 
 
 def request_series(operation: int, stream: bool) -> int:
@@ -181,6 +188,10 @@ def instrument_table(max_model_len: int) -> dict[str, Instrument]:
         Instrument("otel_llm.engine.estimated_flops", C, "{operation}", "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations)."),
         Instrument("otel_llm.engine.estimated_read_bytes", C, "By", "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
         Instrument("otel_llm.engine.estimated_write_bytes", C, "By", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations)."),
+        Instrument("otel_llm.prefix_cache.hits_by_source", C, "{token}", "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.", dims=("otel_llm.cache_source",)),
+        Instrument("otel_llm.mm_cache.queries", C, "{item}", "Multi-modal cache queries, in terms of number of queried items."),
+        Instrument("otel_llm.mm_cache.hits", C, "{item}", "Multi-modal cache hits, in terms of number of cached items."),
+        Instrument(SLEEP_STATE, G, "{state}", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.", dims=("otel_llm.sleep_state",)),
         Instrument("otel_llm.admission.rejections", C, "{request}", "Number of admission attempts rejected by a queue limit, by reason.", dims=("otel_llm.rejection_reason",)),
     ]
     return {i.name: i for i in table}

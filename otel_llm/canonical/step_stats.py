@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from otel_llm.canonical.instruments import MAX_SPEC_POSITIONS
+from otel_llm.canonical.instruments import DIMENSIONS, MAX_SPEC_POSITIONS
 from otel_llm.canonical.metrics_state import MetricsState
 
+_TIERS = {tier: i for i, tier in enumerate(DIMENSIONS["otel_llm.cache_source"])}
 _KV_BLOCK = ("otel_llm.kv_block.lifetime", "otel_llm.kv_block.idle_before_evict", "otel_llm.kv_block.reuse_gap")
 
 
@@ -38,12 +39,23 @@ def clear_scheduler(m: MetricsState) -> None:
 
 
 def add_prefix_cache(m: MetricsState, queries: int, hits: int, external_queries: int = 0,
-                     external_hits: int = 0) -> None:
-    """Prefix-cache lookups and hits in tokens, this engine's and a KV connector's (external)."""
+                     external_hits: int = 0, external_by_tier: dict[str, int] | None = None) -> None:
+    """Prefix-cache lookups and hits in tokens, this engine's and a KV connector's (external); the
+    hits by the tier that supplied them (vLLM's `prompt_tokens_cached_by_source`): this engine's are
+    `device`, a connector's those it names in `external_by_tier` (vLLM 0.32's `hits_by_source`; a
+    tier outside vLLM's vocabulary is `external_unspecified`), or all `external_unspecified` when it
+    names none (None)."""
     m.add("otel_llm.prefix_cache.queries", queries)
     m.add("otel_llm.prefix_cache.hits", hits)
     m.add("otel_llm.external_prefix_cache.queries", external_queries)
     m.add("otel_llm.external_prefix_cache.hits", external_hits)
+    by_tier = m.counters["otel_llm.prefix_cache.hits_by_source"]
+    by_tier[0] += hits
+    if external_by_tier is None:
+        by_tier[-1] += external_hits
+    else:
+        for tier, n in external_by_tier.items():
+            by_tier[_TIERS.get(tier, -1)] += n
 
 
 def add_spec_decoding(m: MetricsState, drafts: int, draft_tokens: int, accepted_tokens: int,

@@ -31,7 +31,8 @@ import numpy as np
 from otel_llm.canonical.cardinality import (
     DEFAULT_CARDINALITY_LIMIT, OVERFLOW, OVERFLOW_FAMILY, OVERFLOW_HELP, OVERFLOW_LABEL, CardinalityLimiter, fold,
 )
-from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE, DIMENSIONS, LORA_INFO, LORA_REQUESTS, Instrument, Kind
+from otel_llm.canonical.instruments import (ADAPTER_ATTRIBUTE, DECLARED_AT_ZERO, DIMENSIONS, LORA_INFO, LORA_REQUESTS,
+                                           SLEEP_STATE, Instrument, Kind)
 from otel_llm.canonical.metrics_state import HistogramSnapshot, MetricsSnapshot
 from otel_llm.export.prom_families import go_float
 from otel_llm.frontend.lora import INFO_LABELS, LoraSnapshot, fold_lora, merge_info
@@ -173,6 +174,8 @@ class Renderer:
                 self._overflowed[fam.canonical] = self._overflowed.get(fam.canonical, 0) + folded
             if inst.name == "otel_llm.cache_config.info" and not any(s.cache_config for s, _ in members):
                 continue
+            if inst.name == SLEEP_STATE and all(s.snapshot.gauges.get(SLEEP_STATE) is None for s, _ in members):
+                continue  # a source without a sleep mode (only vLLM's plugin sets it)
             if fam.name != header:
                 header = fam.name
                 family_header(lines, fam.name, fam.kind(inst), inst.description if fam.help is None else fam.help,
@@ -181,7 +184,7 @@ class Renderer:
             merged: dict[str, float] = {}  # a `base` family's series, summed over sources it does not tell apart
             for src, inst in members:
                 prepared, pos = self._prepared(src, fam, inst)
-                empty = self.profile.emit_empty or not inst.dims
+                empty = self.profile.emit_empty or not inst.dims or inst.name in DECLARED_AT_ZERO
                 if fam.part:
                     h = src.snapshot.histograms[inst.name]
                     values = h.sums if fam.part == "sum" else h.counts.sum(axis=1)

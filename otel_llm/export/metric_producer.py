@@ -36,8 +36,8 @@ from otel_llm.canonical.cardinality import (
     fold,
 )
 from otel_llm.canonical.instruments import (
-    ADAPTER_ATTRIBUTE, CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DIMENSIONS, ENGINE_ATTRIBUTE, KV_BLOCK, LORA_INFO,
-    LORA_REQUESTS, MODEL_ATTRIBUTE, PERF, PROVIDER_ATTRIBUTE, SLO, SPEC_DECODE, Instrument, Kind,
+    ADAPTER_ATTRIBUTE, CACHE_CONFIG_INFO, CACHE_CONFIG_PREFIX, DECLARED_AT_ZERO, DIMENSIONS, ENGINE_ATTRIBUTE,
+    KV_BLOCK, LORA_INFO, LORA_REQUESTS, MODEL_ATTRIBUTE, PERF, PROVIDER_ATTRIBUTE, SLO, SPEC_DECODE, Instrument, Kind,
 )
 from otel_llm.frontend.lora import LoraSnapshot
 
@@ -109,8 +109,9 @@ def to_metrics(tel) -> list[Metric]:
             c = snap.counters[name]
             if not c.any() and name.startswith(SPEC_DECODE) and not tel.config.num_speculative_tokens:
                 continue  # no speculative decoding here: no zero spec-decode points (vLLM declares none)
+            every = not inst.dims or name in DECLARED_AT_ZERO
             points = [NumberDataPoint(_attributes(tel, inst, s), start, now, float(c[s])) for s in range(len(c))
-                      if c[s] or not inst.dims]
+                      if c[s] or every]
             data = Sum(points, _CUMULATIVE, True)
         else:
             v = snap.gauges.get(name)

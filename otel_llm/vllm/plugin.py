@@ -18,6 +18,9 @@ value stops vLLM at start-up with a message naming the variable:
   `OTEL_METRIC_EXPORT_INTERVAL` (ms, default 60000),
   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` (cumulative, delta,
   lowmemory), `OTEL_SERVICE_NAME` (default `vllm`), `OTEL_RESOURCE_ATTRIBUTES`.
+- `OTEL_LLM_VLLM_LANE`: `auto` (default): when vLLM traces (`--otlp-traces-endpoint`), its engine
+  steps go out as the engine lane's window spans through vLLM's own tracer (`otel_llm.vllm.lane`);
+  `off`: no lane.
 - `OTEL_LLM_SLO_CONFIG`: an SLO file (`otel_llm.slo.config`); each finished
   request is judged against its objectives and counted in
   `otel_llm.slo.requests` (pushed; in `replace` mode also served as
@@ -58,12 +61,14 @@ from otel_llm.shim.profiles import get_profile, goodput_family
 from otel_llm.slo.config import SloConfig, SloConfigError, load_slo_config
 from otel_llm.vllm.compat import (ALIASES, STEP_TOKENS_COMPUTED_FROM, helper_classes, parse_version, serving_note,
                                   vllm_filled, vllm_version)
+from otel_llm.vllm.lane import VllmLane, vllm_tracer
 from otel_llm.vllm.stats import VllmStatsAggregator
 
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
 MODE_VAR = "OTEL_LLM_VLLM_METRICS"
 SLO_VAR = "OTEL_LLM_SLO_CONFIG"
+LANE_VAR = "OTEL_LLM_VLLM_LANE"
 MODES = ("add", "replace")
 _SHUTDOWN_S = 3.0  # the most vLLM's exit waits for a last OTLP export
 
@@ -110,6 +115,7 @@ class _OtelSide:
                     _env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", ("grpc", "http/protobuf"), "http/protobuf"))
         for var in ("OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT"):
             _env_positive_number(var)
+        self.vllm_config = vllm_config
         model = vllm_config.model_config
         parallel = vllm_config.parallel_config
         observability = getattr(vllm_config, "observability_config", None)
@@ -119,12 +125,21 @@ class _OtelSide:
                                        extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
                                        vllm_families=vllm_families,
                                        kv_cache_metrics=bool(getattr(observability, "kv_cache_metrics", False)),
-                                       mfu_metrics=bool(getattr(observability, "enable_mfu_metrics", False)),
+                                       mfu_metrics="_perf_metrics_cls" in helper_classes(PrometheusStatLogger),
                                        step_tokens_computed=parse_version(vllm_version()) >= STEP_TOKENS_COMPUTED_FROM,
                                        slo=slo)
         self.reader = None
         if exporter == "otlp":
             self._start_push(temporality)
+        self.lane_on = _env_choice(LANE_VAR, ("auto", "off"), "auto") == "auto"
+        self._start_lane()
+
+    def _start_lane(self) -> None:
+        """The engine lane, once vLLM's tracer provider is set (it is before vLLM builds its loggers)."""
+        if self.lane_on and self.agg.lane is None:
+            tracer = vllm_tracer()
+            if tracer is not None:
+                self.agg.lane = VllmLane(str(self.vllm_config.model_config.served_model_name), tracer)
 
     def _start_push(self, temporality: str) -> None:
         from opentelemetry.sdk.resources import Resource
@@ -138,12 +153,23 @@ class _OtelSide:
         self.temporality = temporality
         atexit.register(self.shutdown)
 
+    def engine_initialized(self) -> None:
+        """The cache configuration, complete now (vLLM's `log_engine_initialized`), on the pushed
+        `otel_llm.cache_config.info` points. Never raises."""
+        try:
+            self.agg.cache_config(self.vllm_config.cache_config.metrics_info())
+            self._start_lane()
+        except Exception:
+            self.agg._failed("log_engine_initialized")
+
     def started(self) -> str:
         where = ("OTLP push off (OTEL_METRICS_EXPORTER=none)" if self.reader is None else
                  f"OTLP push ({self.temporality}, every {export_interval_s():g} s) to "
                  f"{otlp_destination('metrics')} as service.instance.id={self.instance_id}")
+        lane = "engine lane: through vLLM's tracer" if self.agg.lane is not None else \
+            "engine lane: off" + ("" if not self.lane_on else " (vLLM is not tracing)")
         return (f"otel-llm stat logger ({self.mode} mode, API server {self.rank} of {self.api_servers}): "
-                f"{where}")
+                f"{where}; {lane}")
 
     def shutdown(self) -> None:
         """Flush and stop the push, waiting at most _SHUTDOWN_S (a down or hung endpoint never holds vLLM)."""
@@ -172,10 +198,14 @@ class OtelLLMStatLogger(AggregateStatLoggerBase):
         self._otel.agg.flush()
 
     def log_engine_initialized(self):
+        self._otel.engine_initialized()
         logger.info("%s", self._otel.started())
 
     def record_admission_rejection(self, reason: str) -> None:
         self._otel.agg.reject(reason)  # pushed; vLLM's own logger serves vllm:admission_rejections
+
+    def record_sleep_state(self, sleep: int = 0, level: int = 0):
+        self._otel.agg.sleep(sleep, level)  # pushed; vLLM's own logger serves vllm:engine_sleep_state
 
 
 class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
@@ -250,6 +280,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
             super().log_engine_initialized()  # vllm:cache_config_info, declared on the shims
         except Exception:
             logger.exception("otel-llm: cache_config_info not declared")
+        self._otel.engine_initialized()
         logger.info("%s", self._otel.started())
 
     def record_admission_rejection(self, reason: str) -> None:
@@ -261,9 +292,11 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
 
     def record_sleep_state(self, sleep: int = 0, level: int = 0):
         try:
-            super().record_sleep_state(sleep, level)
+            super().record_sleep_state(sleep, level)  # vLLM's own, on the shims
         except Exception:
             self._otel.agg._failed("record_sleep_state")
+        if hasattr(self, "_otel"):  # (vLLM's own __init__ calls this before ours has built it: awake, as ours starts)
+            self._otel.agg.sleep(sleep, level)  # pushed
 
     # -- the families' values -----------------------------------------------------------------
 
@@ -286,10 +319,7 @@ class OtelLLMPrometheusStatLogger(PrometheusStatLogger):
                 continue
             fam.source = _canonical_source(fam, pfam, inst, agg)
         extras = {
-            "vllm:prompt_tokens_cached_by_source": lambda x, lab: x.cached_by_source.get(lab["source"], 0.0),
             "vllm:prompt_tokens_recomputed": lambda x, lab: x.recomputed,
-            "vllm:mm_cache_queries": lambda x, lab: x.mm_queries,
-            "vllm:mm_cache_hits": lambda x, lab: x.mm_hits,
         }
         for name, get in extras.items():
             fam = fams.get(name)

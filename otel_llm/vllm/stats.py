@@ -16,8 +16,8 @@ and when); the canonical instruments (`instruments.py`) carry them, with
 `gen_ai.operation.name="_OTHER"` (vLLM's stats do not say chat or
 completion): also the waiting requests by reason, prompt tokens by source,
 the KV connector's prefix cache and speculative decoding, so OTLP has them.
-Families vLLM serves that have no canonical instrument (`Extras`: cached
-tokens by cache tier, the multimodal cache) are kept per engine beside them.
+The one family vLLM serves that has no canonical instrument (`Extras`: the
+recomputed prompt tokens of vLLM 0.16 to 0.19) is kept per engine beside them.
 Fields a vLLM release lacks (`otel_llm.vllm.compat` lists them) read as that release means.
 
 Size: the three stats objects' folds share the per-engine state and the queue; apart they would
@@ -31,7 +31,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from otel_llm.canonical.aggregation import HistogramState
 from otel_llm.canonical.instruments import (
-    DIMENSIONS, OPERATIONS, PERF_COUNTERS, Instrument, instrument_table, request_series,
+    DIMENSIONS, OPERATIONS, PERF_COUNTERS, SLEEP_STATE, Instrument, instrument_table, request_series,
 )
 from otel_llm.canonical.metrics_state import MetricsSnapshot, MetricsState
 from otel_llm.canonical.step_stats import add_prefix_cache, add_spec_decoding, fold_kv_evictions, set_scheduler
@@ -51,6 +51,8 @@ from otel_llm.slo.goodput import GOODPUT, Goodput
 logger = logging.getLogger("vllm.otel_llm")  # under vLLM's configured "vllm" logger
 
 OP_OTHER = request_series(len(OPERATIONS) - 1, False)  # "_OTHER", not known to stream
+# vLLM's engine_sleep_state (awake, weights_offloaded, discard_all) at sleep level 0, 1, 2; last: asleep, level unknown
+_SLEEP = (np.array((1.0, 0.0, 0.0)), np.array((0.0, 1.0, 0.0)), np.array((0.0, 0.0, 1.0)), np.zeros(3))
 NUM_REASONS = len(FinishReason)
 # FinishedRequestStats fields, one row per request: reason, then vLLM's observation order.
 _FINISHED_FIELDS = ("finish_reason", "e2e_latency", "queued_time", "prefill_time", "inference_time", "decode_time",
@@ -81,10 +83,7 @@ _PER_REQUEST = tuple((inst, _COLUMN[f]) for inst, f in (
 class Extras:
     """Per-engine values of vLLM families that have no canonical instrument."""
 
-    cached_by_source: dict[str, float] = field(default_factory=dict)  # CacheHitSource value -> tokens
     recomputed: float = 0.0  # vllm:prompt_tokens_recomputed (vLLM 0.16 to 0.19)
-    mm_queries: float = 0.0
-    mm_hits: float = 0.0
 
 
 class EngineStats:
@@ -130,7 +129,8 @@ class VllmStatsAggregator:
         histograms are exported). `step_tokens_computed`: a step's tokens count the prompt tokens it
         computed (vLLM 0.23 on), else every prompt token it scheduled (before). `slo`: objectives each
         finished request is judged against (goodput, `otel_llm.slo.requests`). `mfu_metrics`: vLLM's
-        `--enable-mfu-metrics` is on: its per-step `perf_stats` are summed (`otel_llm.engine.estimated_*`)."""
+        this vLLM declares its MFU estimate families (0.17 on; at 0 until `--enable-mfu-metrics` gives
+        its steps `perf_stats`, which are summed into `otel_llm.engine.estimated_*`)."""
         table = instrument_table(max_model_len)
         for name, bounds in (extra_buckets or {}).items():
             inst = table[name]
@@ -143,6 +143,7 @@ class VllmStatsAggregator:
         self.kv_cache_metrics, self.step_tokens_computed = kv_cache_metrics, step_tokens_computed
         self.mfu_metrics = mfu_metrics
         self.on_steps = None
+        self.lane = None  # an `otel_llm.vllm.lane.VllmLane` the steps also go to
         self.slo = slo
         self.goodput = None if slo is None else Goodput(slo, model_name, scale=1.0)  # vLLM's stats are in seconds
         self._pending: collections.deque = collections.deque()
@@ -164,7 +165,24 @@ class VllmStatsAggregator:
                                      kv_cache_metrics=self.kv_cache_metrics, slo=self.slo, mfu_metrics=self.mfu_metrics)
             e = self.engines[idx] = EngineStats(config, self.table, self._lock, self.flush)
             e.goodput = self.goodput
+            e.metrics.gauges[SLEEP_STATE] = _SLEEP[0].copy()  # awake, as vLLM's logger starts
         return e
+
+    def sleep(self, sleep: int = 0, level: int = 0) -> None:
+        """vLLM's `record_sleep_state` for every engine: asleep at level 1 (weights offloaded) or 2
+        (all discarded), else awake. Never raises."""
+        state = _SLEEP[0] if sleep != 1 else _SLEEP[level] if level in (1, 2) else _SLEEP[3]
+        with self._lock:
+            for e in self.engines.values():
+                e.metrics.gauges[SLEEP_STATE] = state.copy()
+
+    def cache_config(self, info: dict) -> None:
+        """vLLM's `CacheConfig.metrics_info()` on each engine's `otel_llm.cache_config.info` point."""
+        pairs = tuple(sorted((str(k), str(v)) for k, v in info.items()))
+        with self._lock:
+            for e in self.engines.values():
+                e.cache_config = pairs
+                e.metrics.gauges["otel_llm.cache_config.info"] = 1.0
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
         """Queue one step's stats (vLLM's `StatLoggerBase.record` signature). Never raises."""
@@ -192,9 +210,20 @@ class VllmStatsAggregator:
             except Exception:  # an unreadable stats object: its batch is dropped and counted
                 self.dropped += len(steps)
                 self._failed("flush")
+            if self.lane is not None:
+                self._lane(steps, engines)
             first = next(iter(self.engines.values()), None)
             if first is not None:
                 first.metrics.counters["otel_llm.telemetry.dropped"][0] = self.dropped
+
+    def _lane(self, steps: list, engines: set) -> None:
+        try:
+            for idx in engines:
+                self.lane.add(idx, steps if len(engines) == 1 else [s for s in steps if s[0] == idx])
+            self.lane.export()
+        except Exception:  # the lane is off from here on; the metrics go on
+            self.lane = None
+            self._failed("engine lane")
 
     @contextlib.contextmanager
     def settled(self):
@@ -234,23 +263,28 @@ class VllmStatsAggregator:
         if scheds:
             self._scheduler(e, scheds)
         mm = [s[3] for s in steps if s[3] is not None]
-        if mm and self.vllm_families:
-            e.extras.mm_queries += sum(m.queries for m in mm)
-            e.extras.mm_hits += sum(m.hits for m in mm)
+        if mm:
+            e.metrics.add("otel_llm.mm_cache.queries", sum(m.queries for m in mm))
+            e.metrics.add("otel_llm.mm_cache.hits", sum(m.hits for m in mm))
         its = [s[2] for s in steps if s[2] is not None]
         if its:
             self._iterations(e, its)
 
     def _scheduler(self, e: EngineStats, scheds: list) -> None:
-        m, x, last = e.metrics, e.extras, scheds[-1]
+        m, last = e.metrics, scheds[-1]
         if self.scheduler_gauges:
             skipped = getattr(last, "num_skipped_waiting_reqs", 0)  # vLLM 0.20 on
             set_scheduler(m, last.num_running_reqs, last.num_waiting_reqs + skipped, skipped, last.kv_cache_usage)
         pcs = [s.prefix_cache_stats for s in scheds]
         hits = sum(p.hits for p in pcs)
         connector = [c for c in (s.connector_prefix_cache_stats for s in scheds) if c is not None]
+        tiers = None  # the connector's hits by cache tier (vLLM 0.32 on)
+        if connector and hasattr(connector[0], "hits_by_source"):
+            tiers = collections.Counter()
+            for c in connector:
+                tiers.update({getattr(t, "value", str(t)): n for t, n in (c.hits_by_source or {}).items()})
         add_prefix_cache(m, sum(p.queries for p in pcs), hits, sum(c.queries for c in connector),
-                         sum(c.hits for c in connector))
+                         sum(c.hits for c in connector), tiers)
         spec = [sd for sd in (getattr(s, "spec_decoding_stats", None) for s in scheds) if sd is not None]
         if spec:  # vLLM's `SpecDecodingProm.observe` per step
             drafts, draft_tokens, accepted, per_pos = zip(*map(_SPEC, spec))
@@ -260,18 +294,11 @@ class VllmStatsAggregator:
             fold_kv_evictions(m, np.array([ev.lifetime_seconds for ev in evictions], np.float64),
                               np.array([ev.idle_seconds for ev in evictions], np.float64),
                               np.array([g for ev in evictions for g in ev.reuse_gaps_seconds], np.float64))
-        perf = [p for p in (getattr(s, "perf_stats", None) for s in scheds) if p is not None] if self.mfu_metrics else ()
+        perf = [p for p in (getattr(s, "perf_stats", None) for s in scheds) if p is not None]
         if perf:  # vLLM's `PerfMetricsProm.observe` per step (it skips an all-zero step: adding 0 is the same)
             flops, read, write = zip(*map(_PERF, perf))
             for counter, values in zip(PERF_COUNTERS, (flops, read, write)):
                 m.add(counter, sum(values))
-        if not self.vllm_families:
-            return
-        x.cached_by_source["device"] = x.cached_by_source.get("device", 0.0) + hits
-        for c in connector:
-            for tier, n in (getattr(c, "hits_by_source", None) or {}).items():  # vLLM 0.32 on
-                key = getattr(tier, "value", str(tier))
-                x.cached_by_source[key] = x.cached_by_source.get(key, 0.0) + n
 
     def _iterations(self, e: EngineStats, its: list) -> None:
         m, h = e.metrics, e.metrics.histograms

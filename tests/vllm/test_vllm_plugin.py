@@ -28,8 +28,9 @@ from otel_llm.canonical.instruments import SLO_MISSED
 from tests.harness.ports import free_port
 from tests.harness.prometheus import PrometheusServer, promtool_check_metrics
 from tests.vllm.harness import VllmServer, ensure_tiny_model, ensure_vllm_venv
-from tests.vllm.workload import (MODEL, assert_same_families_and_counts, assert_totals_equal, collector_caught_up,
-                                 deterministic_load, families, hostile_load, samples, start_collector, wait_idle)
+from tests.vllm.workload import (MODEL, assert_every_sample_served, assert_same_families_and_counts,
+                                 assert_totals_equal, collector_caught_up, deterministic_load, families, hostile_load,
+                                 samples, start_collector, wait_idle)
 
 pytestmark = pytest.mark.slow
 SERVICE = "vllm-tiny"
@@ -138,6 +139,15 @@ def test_otlp_export_equals_vllms_own_metrics(add_run):
     assert_totals_equal(samples(add_run["vllm"]), add_run["collector"])
 
 
+def test_a_collector_fed_by_the_plugin_serves_every_family_and_sample_vllm_serves(add_run):
+    """All 39 `vllm:*` families of vLLM 0.32's own `/metrics` (the configuration's info point, the
+    sleep state, the multimodal cache, cached tokens by tier, admission rejections, MFU estimates
+    included), every sample equal."""
+    want = samples(add_run["vllm"])
+    assert len([f for f in families(add_run["vllm"]) if not f.endswith("_created")]) == 39
+    assert_every_sample_served(want, add_run["collector"])
+
+
 def test_the_collector_scraping_vllm_serves_its_families_unchanged_or_under_canonical_names(add_run):
     """--scrape-target on the real vLLM: under `vllm`, vLLM's families unchanged (values, labels, types,
     buckets) with job/instance added; under `otel`, gen_ai_server_* and otel_llm_* equal to vLLM's."""
@@ -212,6 +222,41 @@ def test_vllms_request_spans_get_exact_phase_spans_in_the_trace_store(add_run):
     [root] = [s for s in traced[0]["spans"] if s["operationName"] == "llm_request"]
     assert root["references"] == [{"refType": "CHILD_OF", "traceID": traced[0]["traceID"],
                                    "spanID": TRACEPARENT.split("-")[2]}]
+
+
+def test_vllms_steps_reach_the_timeline_as_its_engine_lane(add_run):
+    """The plugin's engine lane through vLLM's own tracer: one lane, one step per step vLLM recorded
+    (its `iteration_tokens_total` count), the prompt tokens it computed, the tokens it decoded after a
+    first token and its preemptions as vLLM's counters have them, and every request row of vLLM's
+    process over steps of that lane (same process: vLLM's resource)."""
+    want = samples(add_run["vllm"])
+    base = (("engine", "0"), ("model_name", MODEL))
+    steps = want[("vllm:iteration_tokens_total_count", base)]
+    timeline = f"{add_run['jaeger']}/api/llm/timeline"
+    params = {"start": int((time.time() - 900) * 1e6), "end": int(time.time() * 1e6), "limit": 1000}
+    deadline = time.time() + 20
+    while True:
+        data = httpx.get(timeline, params=params).json()["data"]
+        got = sum(len(lane["end_us"]) for lane in data["lanes"])
+        if got >= steps or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    [lane] = data["lanes"]
+    assert len(lane["end_us"]) == steps > 10
+    assert lane["service"] == SERVICE and lane["model"] == MODEL and lane["engine"] == "0" and lane["instance"]
+    computed = want[("vllm:prompt_tokens_by_source_total", base + (("source", "local_compute"),))]
+    assert sum(lane["prefill_tokens"]) == computed
+    first_tokens = want[("vllm:time_to_first_token_seconds_count", base)]
+    assert sum(lane["decode_tokens"]) == want[("vllm:generation_tokens_total", base)] - first_tokens
+    assert sum(lane["preemptions"]) == want[("vllm:num_preemptions_total", base)]
+    assert set(lane["forward_us"]) == {-1}  # vLLM hands no forward times (without --enable-logging-iteration-details)
+    starts, ends = lane["start_us"], lane["end_us"]
+    assert all(a <= b for a, b in zip(starts, ends)) and all(b <= a for b, a in zip(ends, starts[1:]))
+    rows = [r for r in data["rows"] if r["name"] == "llm_request"]
+    assert len(rows) >= 10 and {r["instance"] for r in rows} == {lane["instance"]}
+    for r in rows:  # each request's prefill to its decode's end (its last step's, to float rounding) holds steps
+        first, last = int(r["prefill"][0]) // 1000, int((r["decode"] or r["prefill"])[1]) // 1000
+        assert any(first <= e <= last + 1000 for e in ends), r
 
 
 class HangingEndpoint:

@@ -20,7 +20,8 @@ import pytest
 
 from otel_llm.vllm.compat import RUN_CHECKED
 from tests.vllm.harness import DEFAULT_VERSION, VllmServer, ensure_tiny_model, ensure_vllm_venv
-from tests.vllm.workload import (assert_same_families_and_counts, assert_totals_equal, collector_caught_up,
+from tests.vllm.workload import (assert_every_sample_served, assert_same_families_and_counts, assert_totals_equal,
+                                 collector_caught_up,
                                  deterministic_load, hostile_load, samples, start_collector, wait_idle)
 
 pytestmark = pytest.mark.slow
@@ -76,6 +77,7 @@ def oldest_replace(oldest_add):
 def test_the_oldest_release_pushes_exactly_what_it_serves(oldest_add):
     assert_loaded_cleanly(oldest_add["log"], "add")
     assert_totals_equal(samples(oldest_add["vllm"]), oldest_add["collector"])
+    assert_every_sample_served(samples(oldest_add["vllm"]), oldest_add["collector"])
 
 
 def test_the_oldest_release_in_replace_mode_serves_its_own_families_and_counts(oldest_add, oldest_replace):

@@ -146,6 +146,17 @@ def assert_totals_equal(want: dict, got: dict) -> None:
         assert buckets and all(got[k] == v for k, v in buckets.items()), h
 
 
+def assert_every_sample_served(want: dict, got: dict) -> None:
+    """Every sample of vLLM's own `/metrics` (but prometheus_client's `_created`) is served by the
+    collector fed by one API server's OTLP push, with the same labels and value (sums to float
+    rounding): every family, pre-created zeros and the configuration's info point included."""
+    assert len(want) > 300
+    for key, v in want.items():
+        if not key[0].endswith("_created"):
+            assert key in got, key
+            assert math.isclose(got[key], v, rel_tol=1e-9, abs_tol=1e-12), (key, got[key], v)
+
+
 def families(text: str) -> dict[str, tuple]:
     """{vllm family: (type, label names, histogram buckets)}."""
     out = {}

@@ -273,3 +273,57 @@ def test_lane_windows_are_bounded_and_decided_at_flush():
         assert p.sampler.stats().pending_spans <= 5
     p.flush()
     assert p.sampler.stats().pending_spans == 0 and p.sampler.stats().traces[("dropped", "lane_no_overlap")] == 12
+
+
+def test_the_vllm_plugins_lane_goes_with_vllms_request_spans_through_vllms_tracer():
+    """vLLM's tracer provider (its resource: no service.instance.id, its pid) carries both vLLM's slow
+    `llm_request` span and the plugin's lane windows (`otel_llm.vllm.lane`): the window the request ran
+    in is kept with it, the one after it is dropped; another vLLM process's window of the same time too."""
+    from types import SimpleNamespace as NS
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_llm.vllm.lane import VllmLane
+    from otel_llm.vllm.stats import VllmStatsAggregator
+
+    def process(pid: str):
+        exporter = InMemorySpanExporter()
+        tp = TracerProvider(resource=Resource.create({"service.name": "vllm", "vllm.process_id": pid}))
+        tp.add_span_processor(SimpleSpanProcessor(exporter))
+        agg = VllmStatsAggregator("m", 1024, vllm_families=False)
+        agg.lane = VllmLane("m", tp.get_tracer("otel_llm.vllm"))
+        return tp, exporter, agg
+
+    def step(agg, t, ttft=()):
+        it = NS(iteration_timestamp=t, time_to_first_tokens_iter=list(ttft), inter_token_latencies_iter=[0.01],
+                num_prompt_tokens=0, num_generation_tokens=1, num_preempted_reqs=0, max_num_generation_tokens_iter=[],
+                n_params_iter=[], finished_requests=[])
+        agg.record(None, it)
+
+    clock = Clock()
+    p, out = pipeline(TailSamplingConfig(keep_fraction=0.0, lane_wait_s=30), clock)
+    tp, exporter, agg = process("101")
+    t0 = 1_700_000_000.0
+    for i in range(5):  # steps 0.1 s apart from t0 + 0.1: window one
+        step(agg, t0 + 0.1 * (i + 1), ttft=[0.1] if i == 0 else ())
+    agg.flush()
+    for i in range(3):  # a request arrives 2.5 s later: window two
+        step(agg, t0 + 3 + 0.1 * i, ttft=[0.05] if i == 0 else ())
+    agg.flush()
+    span = tp.get_tracer("vllm.llm_engine").start_span(
+        "llm_request", start_time=int(t0 * 1e9), attributes={"gen_ai.latency.time_to_first_token": 5.0})
+    span.end(int((t0 + 0.5) * 1e9))
+    _, other, other_agg = process("102")
+    step(other_agg, t0 + 0.3, ttft=[0.1])
+    other_agg.flush()
+    for spans in (exporter.get_finished_spans(), other.get_finished_spans()):
+        p.consume(encode_spans(spans).SerializeToString())
+    clock.t += 31
+    p.tick()
+    kept = [s for r in out.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert sorted(s.name for s in kept) == ["engine steps", "llm_request"]
+    [window] = [s for s in kept if s.name == "engine steps"]
+    assert window.end_time_unix_nano <= int((t0 + 0.51) * 1e9)  # the first window
+    stats = p.sampler.stats()
+    assert stats.traces[("kept", "lane_overlap")] == 1 and stats.traces[("dropped", "lane_no_overlap")] == 2

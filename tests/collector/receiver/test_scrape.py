@@ -93,7 +93,8 @@ def test_under_the_otel_profile_they_come_out_under_canonical_names_with_equal_v
     e2e = sum(v for k, v in got.items() if k[0] == "gen_ai_server_request_duration_seconds_count")
     assert e2e == want[("vllm:e2e_request_latency_seconds_count", base)]
     assert not [k for k in got if k[0].startswith("vllm:request_success")]  # a known family is converted
-    assert got[("vllm:engine_sleep_state", base + (("sleep_state", "awake"),))] == 1.0  # unknown: its own name
+    assert got[("otel_llm_engine_sleep_state", otel_base + (("otel_llm_sleep_state", "awake"),))] == 1.0  # known
+    assert ("vllm:estimated_flops_per_gpu_total", base) in got  # unknown to the profile (MFU off): its own name
 
 
 def test_counters_restart_by_created_or_by_going_down():
@@ -380,7 +381,8 @@ def test_scraped_metrics_go_out_over_otlp_under_canonical_names(targets, transpo
         want[("vllm:generation_tokens_total", base)]
     assert value(text, "gen_ai_server_time_to_first_token_seconds_count", job="vllm") == \
         want[("vllm:time_to_first_token_seconds_count", base)]
-    assert value(text, "vllm:engine_sleep_state", job="vllm", sleep_state="awake") == 1.0  # passed through
+    assert value(text, "otel_llm_engine_sleep_state", job="vllm", otel_llm_sleep_state="awake") == 1.0
+    assert value(text, "vllm:estimated_flops_per_gpu_total", job="vllm") == 0.0  # unknown: passed through
     assert value(mine, "otelcol_exporter_sent_metric_points_total", exporter=exporter) > 0
     assert value(mine, "otelcol_exporter_send_failed_metric_points_total", exporter=exporter) == 0
 

@@ -1,5 +1,6 @@
 """VllmStatsAggregator: vLLM's per-step stats objects (duck-typed here) -> exact aggregates, never an exception."""
 
+from enum import Enum
 from types import SimpleNamespace as NS
 
 import numpy as np
@@ -78,11 +79,8 @@ def test_aggregates_equal_a_direct_computation(vllm_families):
     kv = snap.histograms["otel_llm.request.prefill_kv_computed_tokens"]
     assert kv.counts.sum() == len(fins)
     assert kv.sums.sum() == sum(f.num_prompt_tokens - f.num_cached_tokens for f in fins)
-    x = agg.engines[0].extras
-    if vllm_families:  # what only vLLM's own families show, kept for `replace` mode
-        assert x.cached_by_source == {"device": 400}
-    else:  # `add` mode: vLLM's logger serves those; nothing spent on them
-        assert x.cached_by_source == {}
+    # vLLM's cached tokens by tier: this engine's hits are `device` (no connector here), in both modes
+    assert snap.counters["otel_llm.prefix_cache.hits_by_source"].tolist() == [400, 0, 0, 0, 0]
 
 
 def test_garbage_is_counted_never_raised_and_the_queue_is_bounded():
@@ -200,9 +198,10 @@ def test_goodput_judges_each_finished_request_from_its_stats():
     assert sum(p.value for p in points) == sum(want.values())
 
 
-def test_vllm_perf_stats_are_summed_as_its_mfu_counters_only_when_it_has_them_on():
+def test_vllm_perf_stats_are_summed_as_its_mfu_counters_where_it_declares_them():
     """vLLM's `--enable-mfu-metrics`: each step's `SchedulerStats.perf_stats` adds to
-    `otel_llm.engine.estimated_*` (exported); without the flag nothing is declared or exported."""
+    `otel_llm.engine.estimated_*` (exported); a release that does not declare the families
+    (before 0.17) exports none."""
     def sched(flops):
         return NS(num_running_reqs=1, num_waiting_reqs=0, num_skipped_waiting_reqs=0, kv_cache_usage=0.1,
                   prefix_cache_stats=NS(queries=0, hits=0), connector_prefix_cache_stats=None, spec_decoding_stats=None,
@@ -217,3 +216,49 @@ def test_vllm_perf_stats_are_summed_as_its_mfu_counters_only_when_it_has_them_on
     exported = {m.name: m.data.data_points[0].value for m in to_metrics(on.engines[0])}
     assert [exported[name] for name in PERF_COUNTERS] == [1.3e12, 6.5e11, 14.0]
     assert not {m.name for m in to_metrics(off.engines[0])} & set(PERF_COUNTERS)
+
+
+def test_add_mode_exports_every_family_vllm_declares_at_zero_sleep_cache_config_and_tiers():
+    """What vLLM's own logger shows before any event: admission rejections and cached tokens by tier at 0
+    for every label value, the multimodal cache at 0, the engine awake, the cache config as an info point;
+    then the sleep states as vLLM's `record_sleep_state` sets them, and a connector's hits by tier."""
+    agg = VllmStatsAggregator("m", 1024, engine_indexes=(0, 1), vllm_families=False)
+    agg.cache_config({"block_size": 16, "num_gpu_blocks": 128, "enable_prefix_caching": True})
+
+    def points(engine=0):
+        out = {}
+        for m in to_metrics(agg.engines[engine]):
+            for p in m.data.data_points:
+                key = tuple(v for k, v in sorted(p.attributes.items()) if k.startswith(("otel_llm.cache_source",
+                            "otel_llm.sleep_state", "otel_llm.rejection_reason", "otel_llm.cache_config.")))
+                out[(m.name, key)] = p.value
+        return out
+
+    got = points()
+    assert {k[1]: v for k, v in got.items() if k[0] == "otel_llm.prefix_cache.hits_by_source"} == {
+        (t,): 0 for t in ("device", "host", "p2p", "disk", "external_unspecified")}
+    assert {k[1]: v for k, v in got.items() if k[0] == "otel_llm.admission.rejections"} == {
+        ("max_num_queued_reqs",): 0, ("max_num_queued_tokens",): 0}
+    assert got[("otel_llm.mm_cache.queries", ())] == got[("otel_llm.mm_cache.hits", ())] == 0
+    assert {k[1]: v for k, v in got.items() if k[0] == "otel_llm.engine.sleep_state"} == {
+        ("awake",): 1, ("weights_offloaded",): 0, ("discard_all",): 0}
+    assert got[("otel_llm.cache_config.info", ("16", "True", "128"))] == 1
+    for sleep, level, want in ((1, 1, (0, 1, 0)), (1, 2, (0, 0, 1)), (0, 0, (1, 0, 0)), (1, 7, (0, 0, 0))):
+        agg.sleep(sleep, level)  # vLLM's record_sleep_state(sleep, level), every engine
+        for engine in (0, 1):
+            states = {k[1][0]: v for k, v in points(engine).items() if k[0] == "otel_llm.engine.sleep_state"}
+            assert tuple(states[s] for s in ("awake", "weights_offloaded", "discard_all")) == want
+    tier = Enum("CacheHitSource", {"HOST": "host", "P2P": "p2p"})  # vLLM 0.32's members (str values)
+    connector = NS(queries=50, hits=30, hits_by_source={tier.HOST: 20, tier.P2P: 10})
+    s = NS(num_running_reqs=1, num_waiting_reqs=0, num_skipped_waiting_reqs=0, kv_cache_usage=0.1,
+           prefix_cache_stats=NS(queries=10, hits=4), connector_prefix_cache_stats=connector)
+    agg.record(s, None, NS(queries=6, hits=2), 0)
+    agg.record(s, None, None, 0)
+    got = points()
+    assert {k[1][0]: v for k, v in got.items() if k[0] == "otel_llm.prefix_cache.hits_by_source"} == {
+        "device": 8, "host": 40, "p2p": 20, "disk": 0, "external_unspecified": 0}
+    assert (got[("otel_llm.mm_cache.queries", ())], got[("otel_llm.mm_cache.hits", ())]) == (6, 2)
+    older = NS(queries=50, hits=30)  # before vLLM 0.32: no tiers, so the connector's hits are unspecified
+    agg.record(NS(**{**vars(s), "connector_prefix_cache_stats": older}), None, None, 1)
+    assert {k[1][0]: v for k, v in points(1).items() if k[0] == "otel_llm.prefix_cache.hits_by_source"} == {
+        "device": 4, "host": 0, "p2p": 0, "disk": 0, "external_unspecified": 30}
