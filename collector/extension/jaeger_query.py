@@ -41,6 +41,10 @@ unknown), "error", "errorType", "finishReason"}``):
   "load" (`LoadPoint.as_json`, of those rows), "lanes" (`Lane.as_json`: the engine lane's steps from
   start to the last row's end, of the filter's model and instance; `otel_llm.collector.timeline.lanes`)}``;
   ``total`` = rows shown.
+- ``GET /api/llm/heatmap?start=&end=&lookback=15m&metric=ttft|e2e|queue|itl&service=&columns=240``: the overview
+  of every request that started in the window, from the store's aggregates (`otel_llm.collector.tracestore.
+  request_heat.heatmap`: latency cells per column of whole 10 s steps, failed, aborted and preempted counts, the
+  mean requests waiting and running per column); ``total`` = the requests counted.
 
 ``GET /ui`` (and ``/ui/...``) serves the timeline web view (`otel_llm.collector.extension.web_ui`), HTML, not JSON.
 
@@ -75,6 +79,7 @@ from otel_llm.collector.timeline.rows import RowFilter, load, rows_from_traces
 from otel_llm.collector.tracestore.query import (
     SPAN_KINDS, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, plain_value, service_name,
 )
+from otel_llm.collector.tracestore.request_heat import MAX_COLUMNS
 from otel_llm.collector.tracestore.store import TraceStore
 
 logger = logging.getLogger(__name__)
@@ -223,8 +228,10 @@ class _Handler(EndpointHandler):
                 return _summaries(store.failed_requests(start, end, _limit(params, 100)))
             case ["api", "llm", "timeline"]:
                 return _timeline(store, params)
+            case ["api", "llm", "heatmap"]:
+                return _heatmap(store, params)
         raise _HttpError(404, f"unknown path {self.path.split('?', 1)[0]!r}; see /api/services, /api/traces, "
-                              "/api/llm/slowest, /api/llm/failed, /api/llm/timeline, /ui")
+                              "/api/llm/slowest, /api/llm/failed, /api/llm/timeline, /api/llm/heatmap, /ui")
 
 
 def _search(store: TraceStore, params: dict[str, list[str]]) -> dict:
@@ -276,6 +283,21 @@ def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
 
 def _distinct(values) -> list[str]:
     return sorted({v for v in values if v})
+
+
+def _heatmap(store: TraceStore, params: dict[str, list[str]]) -> dict:
+    end = _int(params, "end", _now_us())
+    start = _int(params, "start", end - _duration_us(params, "lookback", _TIMELINE_LOOKBACK_US))
+    if start > end:
+        raise _HttpError(400, "invalid parameter: start time must be before end time")
+    columns = _int(params, "columns", MAX_COLUMNS)
+    if not 1 <= columns <= MAX_COLUMNS:
+        raise _HttpError(400, f"unable to parse param 'columns': {columns} is not from 1 to {MAX_COLUMNS}")
+    try:
+        data = store.heatmap(query_param(params, "metric") or "ttft", start, end, query_param(params, "service"), columns)
+    except ValueError as exc:
+        raise _HttpError(400, str(exc)) from None
+    return _envelope(data, total=data["requests"])
 
 
 def _envelope(data, total: int = 0, errors: list | None = None) -> dict:

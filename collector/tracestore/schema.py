@@ -3,8 +3,10 @@
 Tables: ``services``, ``resources`` and ``scopes`` deduplicated (protobuf bytes); ``operations``
 (service, name, kind); ``spans``, one row per (trace_id, span_id), kept unique by the
 ``spans_span`` index, which also serves trace lookup; ``requests``, one row per request span
-(``gen_ai.latency.*`` attributes), sharing its span's row id; the service dependency counts
-(`dependencies`) and the per-minute span counts of Service Performance Monitoring (`span_metrics`).
+(``gen_ai.latency.*`` attributes; mean ITL and preemption since the fleet overview, NULL and 0 in
+the rows of an older database), sharing its span's row id; the service dependency counts
+(`dependencies`), the per-minute span counts of Service Performance Monitoring (`span_metrics`) and
+the requests' latency heatmap and load per 10 s (`request_heat`).
 
 Databases written before ``spans_span`` existed kept every delivery of a span: a trace resent by
 an OTLP client or an exporter's on-disk queue (at least once, by design) showed its spans as
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from otel_llm.collector.tracestore import dependencies, span_metrics
+from otel_llm.collector.tracestore import dependencies, request_heat, span_metrics
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS services (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
@@ -33,15 +35,17 @@ CREATE INDEX IF NOT EXISTS spans_service ON spans (service_id, start_us);
 CREATE INDEX IF NOT EXISTS spans_operation ON spans (service_id, name, start_us);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, trace_id BLOB NOT NULL, span_id BLOB NOT NULL,
     service_id INTEGER NOT NULL, operation TEXT NOT NULL, start_us INTEGER NOT NULL, duration_us INTEGER NOT NULL,
-    ttft_s REAL, e2e_s REAL, queue_s REAL, error INTEGER NOT NULL, error_type TEXT, finish_reason TEXT);
+    ttft_s REAL, e2e_s REAL, queue_s REAL, error INTEGER NOT NULL, error_type TEXT, finish_reason TEXT, itl_s REAL,
+    preempted INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS requests_start ON requests (start_us);
 CREATE INDEX IF NOT EXISTS requests_failed ON requests (start_us) WHERE error = 1;
 """
 _UNIQUE_SPANS = "CREATE UNIQUE INDEX spans_span ON spans (trace_id, span_id)"
+_ADDED_REQUEST_COLUMNS = (("itl_s", "REAL"), ("preempted", "INTEGER NOT NULL DEFAULT 0"))
 
 INSERT_SPAN = "INSERT OR IGNORE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
 """A span already stored (same trace_id and span_id) is ignored: the first delivery stays."""
-INSERT_REQUEST = ("INSERT INTO requests SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13 "
+INSERT_REQUEST = ("INSERT INTO requests SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15 "
                   "WHERE EXISTS (SELECT 1 FROM spans WHERE id = ?1)")
 """A request row only beside the span row of the same id, so not for an ignored later delivery."""
 
@@ -55,8 +59,13 @@ def create_or_upgrade(db: sqlite3.Connection) -> int:
     try:  # executescript would COMMIT at once: the statements go one by one, in the transaction
         for statement in filter(str.strip, SCHEMA.split(";")):
             db.execute(statement)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
+        for column, declared in _ADDED_REQUEST_COLUMNS:  # a database from before them: NULL, 0 in its rows
+            if column not in columns:
+                db.execute(f"ALTER TABLE requests ADD COLUMN {column} {declared}")
         dependencies.create(db)
         span_metrics.create(db)
+        request_heat.create(db)
         deleted = 0
         if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'spans_span'").fetchone() is None:
             deleted = db.execute("DELETE FROM spans WHERE EXISTS (SELECT 1 FROM spans kept WHERE kept.trace_id = "

@@ -7,8 +7,8 @@ row per (trace_id, span_id) (ids, service, name, kind, start/duration in µs, st
 deduplicated (protobuf bytes); ``operations`` (service, name, kind) for the service/operation
 lists; one ``requests`` row per span carrying ``gen_ai.latency.*`` attributes (TTFT, e2e, queue
 time in seconds, error flag, finish reason), sharing the span's row id; calls between services
-(`dependencies`) and calls, errors and durations per service and operation (`span_metrics`)
-counted per minute as spans come. OTLP delivery is at
+(`dependencies`), calls, errors and durations per service and operation (`span_metrics`) counted
+per minute, and the requests' latency heatmap and load (`request_heat`) per 10 s, as spans come. OTLP delivery is at
 least once (clients and the exporters' queues resend): a span that comes again, in the same
 batch or later, is the same span, and the first stored stays.
 
@@ -39,7 +39,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.collector.pdata.request_span import request_facts
 from otel_llm.collector.pdata.span_ids import id_problem
-from otel_llm.collector.tracestore import dependencies, schema, span_metrics
+from otel_llm.collector.tracestore import dependencies, request_heat, schema, span_metrics
 from otel_llm.collector.tracestore.query import (
     DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
     span_matches,
@@ -121,6 +121,7 @@ class TraceStore:
                                                                (spans[0][0], spans[-1][0]))}
                     dependencies.record(self._db, spans, inserted, time.time_ns() // 1000)
                     span_metrics.record(self._db, spans, inserted)
+                    request_heat.record(self._db, requests, inserted)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -188,6 +189,8 @@ class TraceStore:
             self._delete("SELECT id FROM requests WHERE start_us < ?", (cutoff,), table="requests")
             dependencies.expire(self._db, cutoff, time.time_ns() // 1000)  # (waiting since: the wall clock)
             span_metrics.expire(self._db, cutoff)
+            request_heat.expire(self._db, cutoff)
+            trimmed = False
             for _ in range(20):
                 used = self._used_bytes()
                 if used <= self.config.max_bytes:
@@ -198,6 +201,10 @@ class TraceStore:
                 bound = lo + max(1, math.ceil((hi - lo + 1) * (used - 0.9 * self.config.max_bytes) / used))
                 deleted += self._delete("SELECT id FROM spans WHERE id < ?", (bound,))
                 self._delete("SELECT id FROM requests WHERE id < ?", (bound,), table="requests")
+                trimmed = True
+            if trimmed:  # the overview starts where the oldest request kept does
+                oldest = self._db.execute("SELECT min(start_us) FROM requests").fetchone()[0]
+                request_heat.expire(self._db, (1 << 62) if oldest is None else oldest)
             if deleted:
                 self._db.execute("DELETE FROM operations WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.service_id = "
                                  "operations.service_id AND s.name = operations.name AND s.kind = operations.kind)")
@@ -312,6 +319,17 @@ class TraceStore:
             return span_metrics.series(db, metric, services, kinds, by_operation, end_us, lookback_us, step_us,
                                        rate_per_us, quantile)
 
+    def heatmap(self, metric: str, start_us: int, end_us: int, service: str = "",
+                columns: int = request_heat.MAX_COLUMNS) -> dict:
+        """Every request that started in [start_us, end_us] (of `service`, or all) as a latency heatmap
+        and load lane: `request_heat.heatmap`. ValueError on an unknown metric."""
+        with self._reader() as db:
+            service_id = None
+            if service:
+                row = db.execute("SELECT id FROM services WHERE name = ?", (service,)).fetchone()
+                service_id = -1 if row is None else row[0]
+            return request_heat.heatmap(db, metric, start_us, end_us, service_id, columns)
+
     def trace(self, trace_id_hex: str) -> list[StoredSpan]:
         """The spans of one trace by start time ([] when unknown); ValueError on a bad id."""
         trace_id = parse_trace_id(trace_id_hex)
@@ -383,8 +401,8 @@ class TraceStore:
 
 
 def _request_row(span: trace_pb2.Span) -> tuple | None:
-    """(ttft_s, e2e_s, queue_s, error, error_type, finish_reason) of a request span, else None."""
+    """(ttft_s, e2e_s, queue_s, error, error_type, finish_reason, itl_s, preempted) of a request span, else None."""
     facts = request_facts(span)
     if not facts.is_request:
         return None
-    return (*facts[:3], int(facts.error), facts.error_type, facts.finish_reason)
+    return (*facts[:3], int(facts.error), facts.error_type, facts.finish_reason, facts.itl_s, int(facts.preempted))
