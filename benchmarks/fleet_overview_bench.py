@@ -5,8 +5,11 @@ spans each, `trace_store_bench.request_tree`: log-normal TTFT, ~2 % aborted, ~0.
 last hour from two services, in batches of 100 requests. Then asks the collector's HTTP endpoint
 (``/api/llm/heatmap``, as the web view does) for the last hour's overview of each metric (TTFT,
 e2e, queue, ITL), every service and one, and reports median and p99 ms and the answer's bytes
-(targets: <= 300 ms, <= 200 KB); and how long opening a store written before the overview existed
-takes (its stored requests are counted once, at open).
+(targets: <= 300 ms, <= 200 KB); then the drill-down (``/api/llm/timeline`` of a region: the hour's
+and the last 5 minutes' requests with TTFT >= 0.2 s, 200 rows; target <= 200 ms), the hour without a
+region (1,000 rows, chosen as the failed, the slowest and a sample), and BubbleUp of those regions
+(``/api/llm/bubbleup``); and how long opening a store written before the overview existed takes (its
+stored requests are counted once, at open).
 
 Usage: python benchmarks/fleet_overview_bench.py [--requests 200000] [--quick]   (prints one JSON object)
 """
@@ -58,7 +61,7 @@ def run(num_requests: int, repeats: int) -> dict:
         filled = fill(store, num_requests, rng)
         api = JaegerQueryApi(store, "127.0.0.1", 0)
         api.start()
-        queries = {}
+        queries, drill = {}, {}
         try:
             now_us = filled.pop("now_us")  # the hour the requests started in
             for metric in ("ttft", "e2e", "queue", "itl"):
@@ -70,6 +73,20 @@ def run(num_requests: int, repeats: int) -> dict:
                     key = f"heatmap_1h_{metric}" + ("_one_service" if service else "")
                     queries[key] = {**timed(lambda: urllib.request.urlopen(url).read(), repeats), "bytes": len(body),
                                     "requests": data["requests"], "cells": len(data["cells"])}
+            hour = f"start={now_us - 3600_000_000}&end={now_us}"
+            last5 = f"start={now_us - 300_000_000}&end={now_us}"
+            for key, path in (("timeline_1h_1000_rows", f"timeline?{hour}&limit=1000"),  # no region: the whole hour
+                              ("drill_down_1h_slow_ttft_200_rows", f"timeline?{hour}&metric=ttft&min=0.2&limit=200"),
+                              ("drill_down_5m_slow_ttft_200_rows", f"timeline?{last5}&metric=ttft&min=0.2&limit=200"),
+                              ("bubbleup_1h_slow_ttft", f"bubbleup?{hour}&metric=ttft&min=0.2"),
+                              ("bubbleup_5m_slow_ttft", f"bubbleup?{last5}&metric=ttft&min=0.2")):
+                url = f"{api.url}/api/llm/{path}"
+                body = urllib.request.urlopen(url).read()
+                data = json.loads(body)["data"]
+                extra = {"matched": data["matched"], "rows": len(data["rows"]), "chosen": data["chosen"]} \
+                    if "timeline" in path else {"dimensions": len(data)}
+                drill[key] = {**timed(lambda: urllib.request.urlopen(url).read(), max(3, repeats // 4)),
+                              "bytes": len(body), **extra}
         finally:
             api.stop()
         store.close()
@@ -82,9 +99,11 @@ def run(num_requests: int, repeats: int) -> dict:
         TraceStore(TraceStoreConfig(directory)).close()
         upgrade_s = time.perf_counter() - t0
     worst = max(queries.values(), key=lambda q: q["p99_ms"])
-    return {"requests": num_requests, "fill": filled, "queries": queries,
+    return {"requests": num_requests, "fill": filled, "queries": queries, "drill_down": drill,
             "open_store_from_before_s": round(upgrade_s, 2),
             "targets_met": {"heatmap_p99_ms<=300": worst["p99_ms"] <= 300,
+                            "drill_down_200_rows_median_ms<=200": all(
+                                q["median_ms"] <= 200 for k, q in drill.items() if k.startswith("drill_down")),
                             "heatmap_bytes<=200KB": max(q["bytes"] for q in queries.values()) <= 200_000,
                             "every_request_counted": all(q["requests"] == num_requests
                                                          for k, q in queries.items() if "one_service" not in k)}}

@@ -230,8 +230,10 @@ class _Handler(EndpointHandler):
                 return _timeline(store, params)
             case ["api", "llm", "heatmap"]:
                 return _heatmap(store, params)
+            case ["api", "llm", "bubbleup"]:
+                return _bubbleup(store, params)
         raise _HttpError(404, f"unknown path {self.path.split('?', 1)[0]!r}; see /api/services, /api/traces, "
-                              "/api/llm/slowest, /api/llm/failed, /api/llm/timeline, /api/llm/heatmap, /ui")
+                              "/api/llm/slowest, /api/llm/failed, /api/llm/timeline, /api/llm/heatmap, /api/llm/bubbleup, /ui")
 
 
 def _search(store: TraceStore, params: dict[str, list[str]]) -> dict:
@@ -258,22 +260,34 @@ def _search(store: TraceStore, params: dict[str, list[str]]) -> dict:
     return _envelope([trace_json(spans, raw) for spans in store.find_traces(query)])
 
 
-def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
+def _timeline_window(params) -> tuple[int, int]:
+    """The timeline's and the overview's window: ``start``/``end`` µs, end now and start ``lookback`` (15m) before."""
     end = _int(params, "end", _now_us())
     start = _int(params, "start", end - _duration_us(params, "lookback", _TIMELINE_LOOKBACK_US))
     if start > end:
         raise _HttpError(400, "invalid parameter: start time must be before end time")
+    return start, end
+
+
+def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
+    start, end = _timeline_window(params)
     try:
         wanted = RowFilter(query_param(params, "model"), query_param(params, "instance"), query_param(params, "finishReason"),
                            _seconds(params, "ttftAbove"), _seconds(params, "e2eAbove"))
     except ValueError as exc:
         raise _HttpError(400, str(exc)) from None
     limit = _limit(params, 1000)
-    traces = store.request_traces(start, end, limit + 1)  # one more, to know whether there were more
-    rows = rows_from_traces(traces[:limit])
+    try:
+        matched, traces, chosen = store.choose_requests(start, end, limit, *_latency_range(params),
+                                                        query_param(params, "service"))
+    except ValueError as exc:
+        raise _HttpError(400, str(exc)) from None
+    rows = rows_from_traces(traces)
+    rows.sort(key=lambda r: (r.start_ns, r.trace_id))
     shown = [row for row in rows if wanted.matches(row)]
     lanes = timeline_lanes(store, start, max([end] + [r.end_ns // 1000 for r in rows]), wanted)
-    data = {"start": start, "end": end, "truncated": len(traces) > limit, "requests": len(rows),
+    data = {"start": start, "end": end, "truncated": matched > limit, "matched": matched, "chosen": chosen,
+            "requests": len(rows),
             "models": _distinct(r.model for r in rows), "instances": _distinct(r.instance for r in rows),
             "finishReasons": _distinct(r.finish_reason for r in rows),
             "rows": [row.as_json() for row in shown], "load": [point.as_json() for point in load(shown)],
@@ -285,11 +299,21 @@ def _distinct(values) -> list[str]:
     return sorted({v for v in values if v})
 
 
+def _latency_range(params) -> tuple[str | None, float | None, float | None]:
+    """A region's latency range: ``metric`` and ``min``/``max`` seconds (min inclusive, max exclusive)."""
+    return query_param(params, "metric") or None, _seconds(params, "min"), _seconds(params, "max")
+
+
+def _bubbleup(store: TraceStore, params: dict[str, list[str]]) -> dict:
+    start, end = _timeline_window(params)
+    try:
+        return _envelope(store.compare_requests(start, end, *_latency_range(params), query_param(params, "service")))
+    except ValueError as exc:
+        raise _HttpError(400, str(exc)) from None
+
+
 def _heatmap(store: TraceStore, params: dict[str, list[str]]) -> dict:
-    end = _int(params, "end", _now_us())
-    start = _int(params, "start", end - _duration_us(params, "lookback", _TIMELINE_LOOKBACK_US))
-    if start > end:
-        raise _HttpError(400, "invalid parameter: start time must be before end time")
+    start, end = _timeline_window(params)
     columns = _int(params, "columns", MAX_COLUMNS)
     if not 1 <= columns <= MAX_COLUMNS:
         raise _HttpError(400, f"unable to parse param 'columns': {columns} is not from 1 to {MAX_COLUMNS}")

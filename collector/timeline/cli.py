@@ -99,18 +99,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     began = time.monotonic()
     try:
         with _opened(args) as (store, source):
-            traces = store.request_traces(start_us, end_us, args.limit + 1)  # one more tells there were more
-            cut = len(traces) > args.limit
-            if cut:
-                traces = traces[:args.limit]
-                _say(f"the window holds more than --limit {args.limit} traces: taking the first {args.limit} by "
-                     "start (narrow it with --start/--end/--last, or raise --limit)")
-            rows = rows_from_traces(traces)
+            matched, traces, chosen = store.choose_requests(start_us, end_us, args.limit)
+            if matched > args.limit:
+                _say(f"the window holds {matched} requests, more than --limit {args.limit}: drawing {chosen} "
+                     "(narrow it with --start/--end/--last, or raise --limit)")
+            rows = sorted(rows_from_traces(traces), key=lambda r: (r.start_ns, r.trace_id))
             if not rows:
                 return _fail(1, f"no request in {source} between {_when(start_us)} and {_when(end_us)}: "
                                 "nothing written")
             last_end_us = (max(r.end_ns for r in rows) + 999) // 1000
-            lanes = timeline_lanes(store, start_us, last_end_us if cut else max(end_us, last_end_us))
+            lanes = timeline_lanes(store, start_us, max(end_us, last_end_us))
     except (ValueError, OSError, sqlite3.Error) as exc:
         return _fail(2, str(exc))
     points = load(rows)

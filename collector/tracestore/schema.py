@@ -3,8 +3,9 @@
 Tables: ``services``, ``resources`` and ``scopes`` deduplicated (protobuf bytes); ``operations``
 (service, name, kind); ``spans``, one row per (trace_id, span_id), kept unique by the
 ``spans_span`` index, which also serves trace lookup; ``requests``, one row per request span
-(``gen_ai.latency.*`` attributes; mean ITL and preemption since the fleet overview, NULL and 0 in
-the rows of an older database), sharing its span's row id; the service dependency counts
+(``gen_ai.latency.*`` attributes; mean ITL, preemption, model, instance, LoRA adapter and prompt
+tokens since the fleet overview, NULL and 0 in the rows of an older database), sharing its span's
+row id, indexed by start with the latencies (``requests_window``); the service dependency counts
 (`dependencies`), the per-minute span counts of Service Performance Monitoring (`span_metrics`) and
 the requests' latency heatmap and load per 10 s (`request_heat`).
 
@@ -36,16 +37,19 @@ CREATE INDEX IF NOT EXISTS spans_operation ON spans (service_id, name, start_us)
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, trace_id BLOB NOT NULL, span_id BLOB NOT NULL,
     service_id INTEGER NOT NULL, operation TEXT NOT NULL, start_us INTEGER NOT NULL, duration_us INTEGER NOT NULL,
     ttft_s REAL, e2e_s REAL, queue_s REAL, error INTEGER NOT NULL, error_type TEXT, finish_reason TEXT, itl_s REAL,
-    preempted INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS requests_start ON requests (start_us);
+    preempted INTEGER NOT NULL DEFAULT 0, model TEXT, instance TEXT, lora TEXT, prompt_tokens INTEGER);
 CREATE INDEX IF NOT EXISTS requests_failed ON requests (start_us) WHERE error = 1;
 """
 _UNIQUE_SPANS = "CREATE UNIQUE INDEX spans_span ON spans (trace_id, span_id)"
-_ADDED_REQUEST_COLUMNS = (("itl_s", "REAL"), ("preempted", "INTEGER NOT NULL DEFAULT 0"))
+_ADDED_REQUEST_COLUMNS = (("itl_s", "REAL"), ("preempted", "INTEGER NOT NULL DEFAULT 0"), ("model", "TEXT"),
+                          ("instance", "TEXT"), ("lora", "TEXT"), ("prompt_tokens", "INTEGER"))
+# a window's requests by start with their latencies and error flag: what the fleet overview's drill-down reads,
+# without the table (it replaced the index on start_us alone)
+_REQUESTS_WINDOW = "CREATE INDEX IF NOT EXISTS requests_window ON requests (start_us, ttft_s, e2e_s, queue_s, itl_s, error)"
 
 INSERT_SPAN = "INSERT OR IGNORE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
 """A span already stored (same trace_id and span_id) is ignored: the first delivery stays."""
-INSERT_REQUEST = ("INSERT INTO requests SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15 "
+INSERT_REQUEST = ("INSERT INTO requests SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19 "
                   "WHERE EXISTS (SELECT 1 FROM spans WHERE id = ?1)")
 """A request row only beside the span row of the same id, so not for an ignored later delivery."""
 
@@ -63,6 +67,8 @@ def create_or_upgrade(db: sqlite3.Connection) -> int:
         for column, declared in _ADDED_REQUEST_COLUMNS:  # a database from before them: NULL, 0 in its rows
             if column not in columns:
                 db.execute(f"ALTER TABLE requests ADD COLUMN {column} {declared}")
+        db.execute(_REQUESTS_WINDOW)
+        db.execute("DROP INDEX IF EXISTS requests_start")
         dependencies.create(db)
         span_metrics.create(db)
         request_heat.create(db)

@@ -39,10 +39,10 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_llm.collector.pdata.request_span import request_facts
 from otel_llm.collector.pdata.span_ids import id_problem
-from otel_llm.collector.tracestore import dependencies, request_heat, schema, span_metrics
+from otel_llm.collector.tracestore import dependencies, drill_down, request_heat, schema, span_metrics
 from otel_llm.collector.tracestore.query import (
-    DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, parse_trace_id, service_name,
-    span_matches,
+    DERIVED_TAGS, SPAN_KINDS, Operation, RequestSummary, StoredSpan, TraceQuery, instance_id, parse_trace_id,
+    service_name, span_matches,
 )
 
 _METRIC_COLUMNS = {"ttft": "ttft_s", "e2e": "e2e_s", "queue": "queue_s"}
@@ -133,6 +133,7 @@ class TraceStore:
         spans, requests, row = [], [], self._next_id
         for rs in request.resource_spans:
             resource_id, service_id = self._resource_id(rs.resource)
+            instance = instance_id(rs.resource)
             for ss in rs.scope_spans:
                 scope_id = self._scope_id(ss.scope)
                 for span in ss.spans:
@@ -142,7 +143,7 @@ class TraceStore:
                     if (service_id, name, kind) not in self._operations:
                         self._db.execute("INSERT OR IGNORE INTO operations VALUES (?,?,?)", (service_id, name, kind))
                         self._operations.add((service_id, name, kind))
-                    request_row = _request_row(span)
+                    request_row = _request_row(span, instance)
                     if request_row is not None:
                         requests.append((row, trace_id, span_id, service_id, name, start_us, duration_us) + request_row)
                     parent = span.parent_span_id or None
@@ -330,6 +331,32 @@ class TraceStore:
                 service_id = -1 if row is None else row[0]
             return request_heat.heatmap(db, metric, start_us, end_us, service_id, columns)
 
+    def choose_requests(self, start_us: int, end_us: int, limit: int, metric: str | None = None,
+                        low_s: float | None = None, high_s: float | None = None,
+                        service: str = "") -> tuple[int, list[list[StoredSpan]], str]:
+        """(requests in the region, the traces of those chosen to list, how they were chosen):
+        `drill_down.choose`. ValueError on a bad region or limit."""
+        if limit <= 0:
+            raise ValueError(f"limit must be greater than 0, got {limit!r}")
+        with self._reader() as db:
+            region = self._region(db, start_us, end_us, metric, low_s, high_s, service)
+            matched, ids, chosen = drill_down.choose(db, region, limit)
+            return matched, [self._trace(db, trace_id) for trace_id in ids], chosen
+
+    def compare_requests(self, start_us: int, end_us: int, metric: str | None = None, low_s: float | None = None,
+                         high_s: float | None = None, service: str = "") -> list[dict]:
+        """What sets the region's requests apart from the rest of its time range: `drill_down.compare`."""
+        with self._reader() as db:
+            return drill_down.compare(db, self._region(db, start_us, end_us, metric, low_s, high_s, service))
+
+    @staticmethod
+    def _region(db, start_us, end_us, metric, low_s, high_s, service) -> drill_down.Region:
+        service_id = None
+        if service:
+            row = db.execute("SELECT id FROM services WHERE name = ?", (service,)).fetchone()
+            service_id = -1 if row is None else row[0]
+        return drill_down.Region(start_us, end_us, metric or None, low_s, high_s, service_id)
+
     def trace(self, trace_id_hex: str) -> list[StoredSpan]:
         """The spans of one trace by start time ([] when unknown); ValueError on a bad id."""
         trace_id = parse_trace_id(trace_id_hex)
@@ -400,9 +427,11 @@ class TraceStore:
             return [RequestSummary(*row[:9], bool(row[9]), *row[10:]) for row in db.execute(sql, args + (limit,))]
 
 
-def _request_row(span: trace_pb2.Span) -> tuple | None:
-    """(ttft_s, e2e_s, queue_s, error, error_type, finish_reason, itl_s, preempted) of a request span, else None."""
+def _request_row(span: trace_pb2.Span, instance: str) -> tuple | None:
+    """(ttft_s, e2e_s, queue_s, error, error_type, finish_reason, itl_s, preempted, model, instance, lora,
+    prompt_tokens) of a request span, else None."""
     facts = request_facts(span)
     if not facts.is_request:
         return None
-    return (*facts[:3], int(facts.error), facts.error_type, facts.finish_reason, facts.itl_s, int(facts.preempted))
+    return (*facts[:3], int(facts.error), facts.error_type, facts.finish_reason, facts.itl_s, int(facts.preempted),
+            facts.model, instance or None, facts.lora, facts.prompt_tokens)

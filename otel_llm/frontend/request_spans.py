@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.status import Status, StatusCode
 
+from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE
 from otel_llm.engine.clock import offset_for
 from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.request import RequestInfo
@@ -148,6 +149,8 @@ class RequestTracer:
             attrs["gen_ai.request.choice.count"] = info.n
         if info.stream:
             attrs["gen_ai.request.stream"] = True
+        if info.lora_name:
+            attrs[ADAPTER_ATTRIBUTE] = str(info.lora_name)
         if info.stop_sequences:
             attrs["gen_ai.request.stop_sequences"] = tuple(info.stop_sequences)
         events = []

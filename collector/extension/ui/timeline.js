@@ -123,9 +123,10 @@ function showControls() {
   $("start").value = localTime(timeline.start);
   $("end").value = localTime(timeline.end);
   const when = (us) => new Date(us / 1e3).toLocaleString();
-  const more = timeline.truncated ? " (the first ones only: narrow the window for the rest)" : "";
-  $("status").textContent = `${timeline.rows.length} of ${timeline.requests} requests started ` +
-    `${when(timeline.start)} – ${when(timeline.end)}${more}; the load below counts the requests shown`;
+  const listed = timeline.truncated ? `${timeline.requests} of ${timeline.matched} requests (listed: ${timeline.chosen})`
+    : `${timeline.requests} requests`;
+  $("status").textContent = `${timeline.rows.length} shown of ${listed} started ` +
+    `${when(timeline.start)} – ${when(timeline.end)}; the load below counts the requests shown`;
 }
 
 function localTime(us) {

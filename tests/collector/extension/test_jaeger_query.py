@@ -285,8 +285,9 @@ def test_timeline_endpoint(api, store):
     add(store, request(llm_spans(9, now - 3600 * 10**9)))  # before the default window, the last 15 minutes
     status, doc = get(api, "/api/llm/timeline")
     data = doc["data"]
-    assert list(data) == ["start", "end", "truncated", "requests", "models", "instances", "finishReasons", "rows", "load",
-                          "lanes"]
+    assert list(data) == ["start", "end", "truncated", "matched", "chosen", "requests", "models", "instances",
+                          "finishReasons", "rows", "load", "lanes"]
+    assert (data["matched"], data["chosen"]) == (3, "all")
     assert data["end"] - data["start"] == 15 * 60 * 10**6 and abs(data["end"] - now // 1000) < 60 * 10**6
     assert status == 200 and doc["total"] == data["requests"] == 3 and doc["errors"] is None
     assert data["truncated"] is False and ok(api, "/api/llm/timeline", limit=2)["truncated"] is True
@@ -304,7 +305,13 @@ def test_timeline_endpoint(api, store):
     assert shown(model="m0") == [0, 2] and shown(instance="i-2") == [2] and shown(finishReason="abort") == [1]
     assert shown(ttftAbove="0.5") == [1] and shown(ttftAbove="0.05") == [0, 1, 2]  # exclusive
     assert shown(e2eAbove="0.4") == [0, 1, 2] and shown(e2eAbove="0.5", model="m0") == []
-    assert shown(lookback="2h") == [9, 0, 1, 2] and shown(lookback="2h", limit=2) == [9, 0]
+    assert shown(lookback="2h") == [9, 0, 1, 2]
+    few = ok(api, "/api/llm/timeline", lookback="2h", limit=2)  # not the first two: the failed one, then ...
+    assert few["matched"] == 4 and few["truncated"] and 1 in [int(r["trace_id"][-2:], 16) for r in few["rows"]]
+    assert few["chosen"] == "the failed, the slowest by e2e and an even sample"
+    # a region of the overview: TTFT in [0.4 s, 1 s) of the last 15 minutes
+    assert shown(metric="ttft", min="0.4", max="1") == [1, 2] and ok(api, "/api/llm/timeline", metric="ttft",
+                                                                      min="0.4")["matched"] == 2
     assert shown(start=(now - 61 * 10**9) // 1000, end=(now - 59 * 10**9) // 1000 + 1) == [0, 1]  # 1 starts 123 ns in
     aborted = ok(api, "/api/llm/timeline", finishReason="abort")
     (row,) = [r for r in expected if r.finish_reason == "abort"]
@@ -312,6 +319,9 @@ def test_timeline_endpoint(api, store):
 
 
 @pytest.mark.parametrize("params, message", [
+    ({"metric": "p99"}, "unknown metric 'p99'"),
+    ({"min": "0.5"}, "a latency range needs a metric"),
+    ({"metric": "ttft", "max": "-1"}, "high must be a finite number"),
     ({"ttftAbove": "slow"}, "'ttftAbove'"),
     ({"e2eAbove": "-1"}, "-1.0"),
     ({"ttftAbove": "nan"}, "nan"),

@@ -259,7 +259,7 @@ def test_vllm_spans_from_an_otlp_json_file_get_the_derived_phases(tmp_path, layo
         assert [s["operationName"] for s in trace["spans"]] == ["llm_request", "queue", "prefill", "decode"]
 
 
-def test_the_window_and_limit_choose_requests_by_start(tmp_path, capsys):
+def test_the_window_chooses_requests_by_start_and_the_limit_the_failed_and_slowest_first(tmp_path, capsys):
     spans = sorted(vllm_spans(), key=lambda s: s["start_time_unix_nano"])
     path = tmp_path / "spans.json"
     path.write_text(json.dumps(otlp_json(vllm_request(spans))) + "\n")
@@ -272,8 +272,10 @@ def test_the_window_and_limit_choose_requests_by_start(tmp_path, capsys):
     iso = (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=t1_us)).isoformat()
     assert rows("--start", iso) == [s["trace_id"] for s in spans[1:]]
     assert rows("--end", iso) == [s["trace_id"] for s in spans[:2]]
-    assert rows("--limit", "1") == [spans[0]["trace_id"]]
-    assert "more than --limit 1" in capsys.readouterr().err
+    slowest = max(spans, key=lambda s: s["attributes"]["gen_ai.latency.e2e"])
+    assert rows("--limit", "1") == [slowest["trace_id"]]  # not the first: none failed, so the slowest
+    err = capsys.readouterr().err
+    assert "holds 3 requests, more than --limit 1: drawing the failed, the slowest by e2e" in err, err
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -381,10 +383,12 @@ def test_the_engine_lane_is_read_drawn_and_written_as_its_steps(tmp_path, kind, 
     assert png_size(out) == (round(width_in * 50), round(height_in * 50))
     assert height_in > figure_size_in(3)[1]
 
-    # --limit cuts the rows to the first request: the lane to its end (500 ms)
+    # --limit 1 draws one chosen request; the lane still covers the window (here, all of it)
     assert main(["timeline", *args, "--limit", "1", "--out", str(out)]) == 0
-    [lane] = json.loads((tmp_path / "t.json").read_text())["lanes"]
-    assert lane["start_us"] == (steps["start_ns"][:25] // 1000).tolist()
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert len(data["rows"]) == 1
+    [lane] = data["lanes"]
+    assert lane["start_us"] == (np.concatenate([steps["start_ns"], late["start_ns"]]) // 1000).tolist()
 
 
 def test_more_lanes_than_drawn_are_all_written_and_no_lane_draws_as_before(tmp_path, capsys):

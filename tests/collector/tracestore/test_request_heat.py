@@ -23,8 +23,9 @@ T0_US = 1_790_000_000_000_000  # a whole 10 s step
 
 
 def request_span(n: int, start_us: int, ttft: float | None, e2e: float, queue: float, tokens: int,
-                 error: str | None = None, preempted: bool = False) -> trace_pb2.Span:
-    attrs = {"gen_ai.latency.e2e": e2e, "gen_ai.latency.time_in_queue": queue, "gen_ai.usage.output_tokens": tokens}
+                 error: str | None = None, preempted: bool = False, **extra) -> trace_pb2.Span:
+    attrs = {"gen_ai.latency.e2e": e2e, "gen_ai.latency.time_in_queue": queue, "gen_ai.usage.output_tokens": tokens,
+             **extra}
     if ttft is not None:
         attrs["gen_ai.latency.time_to_first_token"] = ttft
         attrs["gen_ai.latency.time_in_model_decode"] = e2e - ttft
@@ -175,19 +176,24 @@ def test_a_store_from_before_the_overview_is_counted_at_open(tmp_path, filled):
         store.close()
 
 
-def test_the_http_endpoint_answers_the_overview(filled):
+def get_data(store: TraceStore, path: str):
+    """`path` asked of the collector's query API over `store`: the envelope's data."""
     from otel_llm.collector.extension.jaeger_query import JaegerQueryApi
 
-    store, _ = filled
     api = JaegerQueryApi(store, "127.0.0.1", 0)
     api.start()
     try:
-        url = f"{api.url}/api/llm/heatmap?start={T0_US}&end={T0_US + 600_000_000}&metric=ttft"
-        with urllib.request.urlopen(url) as resp:
-            data = json.loads(resp.read())["data"]
-        assert data == json.loads(json.dumps(store.heatmap("ttft", T0_US, T0_US + 600_000_000)))
-        with pytest.raises(urllib.error.HTTPError) as bad:
-            urllib.request.urlopen(url.replace("metric=ttft", "metric=tpot"))
-        assert bad.value.code == 400 and "unknown metric" in bad.value.read().decode()
+        with urllib.request.urlopen(api.url + path) as resp:
+            return json.loads(resp.read())["data"]
     finally:
         api.stop()
+
+
+def test_the_http_endpoint_answers_the_overview(filled):
+    store, _ = filled
+    path = f"/api/llm/heatmap?start={T0_US}&end={T0_US + 600_000_000}&metric=ttft"
+    data = get_data(store, path)
+    assert data == json.loads(json.dumps(store.heatmap("ttft", T0_US, T0_US + 600_000_000)))
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        get_data(store, path.replace("metric=ttft", "metric=tpot"))
+    assert bad.value.code == 400 and "unknown metric" in bad.value.read().decode()

@@ -356,7 +356,8 @@ def test_a_database_with_duplicate_spans_from_before_is_upgraded_at_open(tmp_pat
         db.execute("INSERT INTO spans SELECT id + 100, trace_id, span_id, parent_span_id, service_id, resource_id, "
                    "scope_id, 'resent ' || name, kind, start_us, duration_us, status_code, body FROM spans")
         db.execute("INSERT INTO requests SELECT id + 100, trace_id, span_id, service_id, operation, start_us, "
-                   "duration_us, ttft_s, e2e_s, queue_s, error, error_type, finish_reason, itl_s, preempted FROM requests")
+                   "duration_us, ttft_s, e2e_s, queue_s, error, error_type, finish_reason, itl_s, preempted, model, instance, "
+                   "lora, prompt_tokens FROM requests")
     assert db.execute("SELECT count(*) FROM spans").fetchone() == (20,)
     db.close()
 
