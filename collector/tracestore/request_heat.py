@@ -115,7 +115,8 @@ def _spread(load: dict, service: int, a_us: int, b_us: int, which: int) -> None:
 def heatmap(db: sqlite3.Connection, metric: str, start_us: int, end_us: int, service_id: int | None,
             columns: int = MAX_COLUMNS) -> dict:
     """The window [start_us, end_us] (its 10 s steps) in at most `columns` columns of whole steps:
-    {"start_us": where column 0 begins, "step_us": a column's width, "columns", "cells": [[column, bucket,
+    {"start", "end": the window as asked, "start_us": where column 0 begins, "step_us": a column's width,
+    "columns", "cells": [[column, bucket,
     requests, failed, aborted, preempted]], "load": [[column, mean waiting, mean running]], "requests",
     "no_value": requests without the figure}. `service_id` None: every service."""
     if metric not in METRICS:
@@ -133,7 +134,7 @@ def heatmap(db: sqlite3.Connection, metric: str, start_us: int, end_us: int, ser
 
     def width_s(x: int) -> float:  # the column's seconds within the window's steps (the last may have fewer)
         return (min(per, t1 - t0 - x * per + 1)) * STEP_US / 1e6
-    return {"metric": metric, "start_us": t0 * STEP_US, "step_us": per * STEP_US,
+    return {"metric": metric, "start": start_us, "end": end_us, "start_us": t0 * STEP_US, "step_us": per * STEP_US,
             "columns": (t1 - t0) // per + 1, "per_decade": PER_DECADE, "no_value_bucket": NO_VALUE,
             "cells": [list(c) for c in cells],
             "load": [[x, round(w / width_s(x), 3), round(r / width_s(x), 3)] for x, w, r in load],

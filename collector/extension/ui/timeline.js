@@ -1,6 +1,7 @@
-// The request timeline web view (collector/web_ui.py): /api/llm/timeline drawn as one row per
-// request, the engine lane under it (one band of steps per engine), the load, and a trace's
-// waterfall from /api/traces/{id} with the prefills that ran during its decode.
+// The request timeline web view (collector/web_ui.py): the overview of every request of the window
+// (overview.js) and, under it, /api/llm/timeline drawn as one row per request (the window's, or the
+// region selected in the overview), the engine lane under it (one band of steps per engine), the load,
+// and a trace's waterfall from /api/traces/{id} with the prefills that ran during its decode.
 // State is the URL fragment (window, filters, trace, span), so every view is a link.
 // Times stay exact in data-* attributes (the API's ns strings; Jaeger's µs integers); only pixel
 // positions go through floats, as ms after the window's start.
@@ -66,11 +67,14 @@ const plotWidth = (width) => width - LEFT - RIGHT;
 function onUrl() { routing = routing.then(route); }
 
 async function route() {
-  const p = hashParams(), query = new URLSearchParams();
+  const p = hashParams(), query = new URLSearchParams(), windowOnly = new URLSearchParams();
+  for (const key of WINDOW) if (p.get(key)) windowOnly.set(key, p.get(key));
   for (const key of [...WINDOW, ...FILTERS]) if (p.get(key)) query.set(key, p.get(key));
   document.body.dataset.state = "loading";
-  if (query.toString() !== loaded.query) {
-    loaded.query = query.toString();
+  await routeOverview(p, windowOnly.toString());
+  const wanted = regionQuery(p, query.toString());
+  if (wanted !== loaded.query) {
+    loaded.query = wanted;
     await loadTimeline(loaded.query);
   }
   const traceId = p.get("trace") || "";
@@ -120,12 +124,14 @@ function showControls() {
     }
     input.value = value;
   }
-  $("start").value = localTime(timeline.start);
-  $("end").value = localTime(timeline.end);
+  const shownWindow = overview || timeline;  // the window's bounds, also while a region of it is listed
+  $("start").value = localTime(shownWindow.start);
+  $("end").value = localTime(shownWindow.end);
   const when = (us) => new Date(us / 1e3).toLocaleString();
-  const listed = timeline.truncated ? `${timeline.requests} of ${timeline.matched} requests (listed: ${timeline.chosen})`
+  const listed = timeline.truncated ? `${timeline.matched} requests (${timeline.requests} listed: ${timeline.chosen})`
     : `${timeline.requests} requests`;
-  $("status").textContent = `${timeline.rows.length} shown of ${listed} started ` +
+  const where = p.get("rstart") ? " in the region selected above," : "";
+  $("status").textContent = `${timeline.rows.length} shown of ${listed}${where} started ` +
     `${when(timeline.start)} – ${when(timeline.end)}; the load below counts the requests shown`;
 }
 
@@ -478,13 +484,15 @@ function attributes(table, s) {
 
 function bind() {
   for (const button of document.querySelectorAll("[data-lookback]")) {
-    button.addEventListener("click", () => update({lookback: button.dataset.lookback, start: null, end: null}));
+    button.addEventListener("click", () => update({lookback: button.dataset.lookback, start: null, end: null,
+      ...Object.fromEntries(REGION.map((k) => [k, null]))}));
   }
   $("apply-window").addEventListener("click", () => {
     const us = (input) => input.value ? String(new Date(input.value).getTime() * 1000) : null;
-    update({lookback: null, start: us($("start")), end: us($("end"))});
+    update({lookback: null, start: us($("start")), end: us($("end")), ...Object.fromEntries(REGION.map((k) => [k, null]))});
   });
-  $("refresh").addEventListener("click", () => { loaded.query = null; onUrl(); });
+  $("refresh").addEventListener("click", () => { loaded.query = overviewLoaded = null; onUrl(); });
+  bindOverview();
   for (const input of document.querySelectorAll("#filters [data-param]")) {
     input.addEventListener("change", () => update({[input.dataset.param]: input.value}));
   }
@@ -496,7 +504,7 @@ function bind() {
   zoomable($("lanes"));
   zoomable($("load"));
   window.addEventListener("hashchange", onUrl);
-  window.addEventListener("resize", () => { redraw(); drawWaterfall(hashParams().get("span")); });
+  window.addEventListener("resize", () => { drawOverview(); redraw(); drawWaterfall(hashParams().get("span")); });
 }
 
 bind();

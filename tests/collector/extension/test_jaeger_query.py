@@ -338,14 +338,16 @@ def test_bad_timeline_parameters_answer_400(api, params, message):
 def test_the_web_view_is_served_from_the_package(api):
     files = {}
     for path, content_type in (("/ui", "text/html"), ("/ui/", "text/html"), ("/ui/index.html", "text/html"),
-                               ("/ui/timeline.js", "text/javascript"), ("/ui/timeline.css", "text/css")):
+                               ("/ui/timeline.js", "text/javascript"), ("/ui/overview.js", "text/javascript"),
+                               ("/ui/timeline.css", "text/css")):
         with urllib.request.urlopen(api.url + path, timeout=10) as answer:
             assert answer.status == 200 and answer.headers["Content-Type"].startswith(content_type)
             files[path] = answer.read().decode()
     assert files["/ui"] == files["/ui/"] == files["/ui/index.html"]
-    assert re.findall(r'(?:src|href)="([^"]*)"', files["/ui"]) == ["/ui/timeline.css", "/ui/timeline.js"]
-    assert re.findall(r"https?://[^\"'\s]+", files["/ui/timeline.js"] + files["/ui/timeline.css"]) == [
-        "http://www.w3.org/2000/svg"]  # the SVG namespace: nothing is fetched from elsewhere
+    assert re.findall(r'(?:src|href)="([^"]*)"', files["/ui"]) == ["/ui/timeline.css", "/ui/overview.js",
+                                                                  "/ui/timeline.js"]
+    assert re.findall(r"https?://[^\"'\s]+", files["/ui/timeline.js"] + files["/ui/overview.js"] +
+                      files["/ui/timeline.css"]) == ["http://www.w3.org/2000/svg"]  # nothing is fetched from elsewhere
     connection = http.client.HTTPConnection(api.host, api.port, timeout=10)
     for path, status, location in (("/ui/trace/0123ABCdef", 302, "/ui#trace=0123abcdef"), ("/ui/trace/zz", 404, None),
                                    ("/ui/nothing.js", 404, None), ("/ui/../collector/app.py", 404, None)):
