@@ -3,18 +3,20 @@ store (``--trace-store DIR``) or an OTLP/JSON file (``--otlp-json FILE``, see `t
 
 Writes any of: the picture (``--out``, `timeline_plot`; PNG, or SVG/PDF by the extension) with
 the data it draws beside it (``--data-out``, default the picture's name with ``.json``:
-``{"t0_ns", "rows": [TimelineRow as a dict], "load": [LoadPoint as a dict], "lanes": [Lane.as_json()]}``,
+``{"t0_ns", "overview": the store's heatmap of every request of the window by ``--metric``
+(`request_heat.heatmap`, its columns fitted to the requests), "rows": [TimelineRow as a dict], "load":
+[LoadPoint as a dict], "lanes": [Lane.as_json()]}``,
 times as JSON integers in ns since the epoch, the spans' own, except the lanes' µs), and the traces
 as the JSON the Jaeger UI's "Upload JSON" opens (``--jaeger-json``: ``{"data": [trace]}``, each trace
 as the query API's ``GET /api/traces/{id}`` gives it).
 
 Under the rows, the picture draws the engine lane (`timeline.lanes`): the steps of the `engine steps`
-window spans from the window's start to its end or the last row's end, whichever is later (the last
-row's end when --limit cut the rows).
+window spans from the window's start to its end or the last row's end, whichever is later.
 
 The window is ``--start``/``--end`` (ISO 8601; without a zone, local time) or ``--last 15m``; by
-default everything. It holds the traces whose request span started in it, oldest first, at most
-``--limit``. Exit codes: 0 written; 1 the window holds no request (nothing is written); 2 a bad
+default everything. It holds the traces whose request span started in it, at most ``--limit``: when
+there are more, the failed ones, the slowest and an even sample across it (the overview still counts
+every one). Exit codes: 0 written; 1 the window holds no request (nothing is written); 2 a bad
 flag or input (a missing store or file, a malformed file, bad times, no matplotlib), named on
 stderr. Progress and a summary go to stderr.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from otel_llm.cli.arg_types import int_in, positive_int
 from otel_llm.collector.cli import duration_s
+from otel_llm.collector.tracestore.request_heat import METRICS
 
 _PROGRESS_EVERY_S = 1.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -68,8 +71,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--end", type=_iso_time_us, metavar="TIME", help="... and at or before this")
     p.add_argument("--last", type=duration_s, metavar="DURATION", help="requests of the last DURATION (e.g. 15m) "
                    "instead of --start/--end")
-    p.add_argument("--limit", type=positive_int, default=1000, help="at most this many traces, oldest first "
-                   "(default 1000)")
+    p.add_argument("--metric", choices=METRICS, default="ttft",
+                   help="the overview's latency: ttft (default), e2e, queue or itl (mean inter-token latency)")
+    p.add_argument("--limit", type=positive_int, default=1000, help="at most this many traces (default 1000); "
+                   "beyond it, the failed ones, the slowest and an even sample")
     p.add_argument("--out", metavar="FILE", help="the picture: .png (default timeline.png unless only --jaeger-json "
                    "is given), .svg, .pdf")
     p.add_argument("--data-out", metavar="FILE", help="the rows and load drawn, as JSON (default: --out's name "
@@ -109,6 +114,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
                                 "nothing written")
             last_end_us = (max(r.end_ns for r in rows) + 999) // 1000
             lanes = timeline_lanes(store, start_us, max(end_us, last_end_us))
+            overview = store.heatmap(args.metric, start_us, end_us, fit=True)
     except (ValueError, OSError, sqlite3.Error) as exc:
         return _fail(2, str(exc))
     points = load(rows)
@@ -121,8 +127,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     try:
         if out is not None:
             _say(f"drawing {len(rows)} rows")
-            timeline_plot.draw(rows, points, out, args.dpi, lanes)
-            data = {"t0_ns": rows[0].start_ns, "rows": [r._asdict() for r in rows],
+            timeline_plot.draw(rows, points, out, args.dpi, lanes, overview)
+            data = {"t0_ns": rows[0].start_ns, "overview": overview, "rows": [r._asdict() for r in rows],
                     "load": [p._asdict() for p in points], "lanes": [lane.as_json() for lane in lanes]}
             _write_json(data_out, data)
             written += [out, data_out]

@@ -1,6 +1,9 @@
 """The request timeline as a picture (matplotlib's Agg renderer; no pyplot, no global state).
 
-Top: one row per request, first at the top: the request span as a thin line in its finish
+Top, given the store's overview (`otel_llm.collector.tracestore.request_heat.heatmap`): every request
+of the window as a heatmap of start time by the overview's latency (log scale; darker: more
+requests; cells holding failed requests marked red), and under it the mean requests waiting and
+running among all of them. Then one row per request drawn, first at the top: the request span as a thin line in its finish
 reason's colour with a square at its end, its `queue`, `prefill` and `decode` spans as bars in
 three colours (edged red when the request failed or was aborted), the first token as a black
 tick and each preemption as a red cross. Under them, one axes per engine lane (`timeline.lanes`,
@@ -31,14 +34,16 @@ WIDTH_IN = 14.0
 _ROW_IN, _ROWS_MIN_IN, _ROWS_MAX_IN = 0.22, 3.0, 30.0  # rows' height: per row, within bounds
 _LOAD_IN, _MARGINS_IN = 2.4, 1.8  # the load axes; title, legend and time axis
 MAX_LANES, _LANE_IN = 4, 1.4  # engine lanes drawn at most, each this high
+_OVERVIEW_IN, _OVERVIEW_LOAD_IN = 2.2, 0.9  # the overview's heatmap and its load
 _LABELLED_ROWS = 50  # up to this many rows, each is labelled with its span name and trace id
 
 
-def figure_size_in(num_rows: int, num_lanes: int = 0) -> tuple[float, float]:
+def figure_size_in(num_rows: int, num_lanes: int = 0, overview: bool = True) -> tuple[float, float]:
     """(width, height) in inches of the picture of ``num_rows`` rows and ``num_lanes`` engine lanes
-    (MAX_LANES of them drawn at most)."""
+    (MAX_LANES of them drawn at most), with the overview on top or not."""
     rows_in = min(max(num_rows * _ROW_IN, _ROWS_MIN_IN), _ROWS_MAX_IN)
-    return WIDTH_IN, rows_in + min(num_lanes, MAX_LANES) * _LANE_IN + _LOAD_IN + _MARGINS_IN
+    return WIDTH_IN, (rows_in + min(num_lanes, MAX_LANES) * _LANE_IN + _LOAD_IN + _MARGINS_IN
+                      + (_OVERVIEW_IN + _OVERVIEW_LOAD_IN if overview else 0.0))
 
 
 def check_format(path: str | Path) -> None:
@@ -78,11 +83,50 @@ def _draw_lane(ax, lane: Lane, t0_ns: int) -> None:
     ax.grid(alpha=0.3)
 
 
+_METRIC_NAMES = {"ttft": "TTFT", "e2e": "e2e latency", "queue": "queue time", "itl": "inter-token latency"}
+
+
+def _draw_overview(ax, load_ax, overview: dict, t0_ns: int) -> None:
+    """The heatmap of every request of the window (columns of whole steps, log-spaced latency buckets)
+    and the mean requests waiting and running among them."""
+    from matplotlib.colors import LogNorm
+
+    o = overview
+    cells = np.array([c for c in o["cells"] if c[1] != o["no_value_bucket"]], np.int64).reshape(-1, 6)
+    x_edges = (o["start_us"] + np.arange(o["columns"] + 1) * o["step_us"] - t0_ns / 1e3) / 1e6
+    name = _METRIC_NAMES.get(o["metric"], o["metric"])
+    without = f"; {o['no_value']} without it" if o["no_value"] else ""
+    ax.set_title(f"every one of the window's {o['requests']} requests by start and {name}{without}: darker, more "
+                 f"requests; red squares, failed or aborted among them", fontsize=9)
+    if len(cells):
+        lo, hi = int(cells[:, 1].min()), int(cells[:, 1].max())
+        grid = np.zeros((hi - lo + 1, o["columns"]))
+        grid[cells[:, 1] - lo, cells[:, 0]] = cells[:, 2]
+        y_edges = 10.0 ** (np.arange(lo, hi + 2) / o["per_decade"])
+        ax.pcolormesh(x_edges, y_edges, np.ma.masked_equal(grid, 0), cmap="Blues",
+                      norm=LogNorm(vmin=1, vmax=max(2.0, grid.max())))
+        bad = cells[cells[:, 3] > 0]
+        ax.scatter((x_edges[bad[:, 0]] + x_edges[bad[:, 0] + 1]) / 2,
+                   np.sqrt(y_edges[bad[:, 1] - lo] * y_edges[bad[:, 1] - lo + 1]), marker="s", s=6,
+                   facecolors="none", edgecolors=PREEMPTION_COLOUR, linewidths=0.6, zorder=3)
+        ax.set_yscale("log")
+    ax.set_ylabel(f"{name} (s)", fontsize=8)
+    ax.grid(alpha=0.3)
+    load = np.array(o["load"], np.float64).reshape(-1, 3)
+    centres = (x_edges[load[:, 0].astype(np.int64)] + x_edges[load[:, 0].astype(np.int64) + 1]) / 2
+    for column, field, colour in ((2, "running", PHASE_COLOURS["decode"]), (1, "waiting", PHASE_COLOURS["queue"])):
+        load_ax.plot(centres, load[:, column], color=colour, linewidth=1.0, label=f"{field}, every request")
+    load_ax.set_ylim(bottom=0)
+    load_ax.set_ylabel("mean", fontsize=8)
+    load_ax.legend(loc="upper right", fontsize=7)
+    load_ax.grid(alpha=0.3)
+
+
 def draw(rows: list[TimelineRow], points: list[LoadPoint], path: str | Path, dpi: int = 100,
-         lanes: Sequence[Lane] = ()) -> None:
-    """Draws ``rows`` (ordered by start, not empty), their ``points`` and the first MAX_LANES of
-    ``lanes`` into ``path`` (the format by its extension), figure_size_in(len(rows), len(lanes))
-    inches at ``dpi``."""
+         lanes: Sequence[Lane] = (), overview: dict | None = None) -> None:
+    """Draws ``overview`` (the store's heatmap of the window, if given), ``rows`` (ordered by start, not
+    empty), their ``points`` and the first MAX_LANES of ``lanes`` into ``path`` (the format by its
+    extension), figure_size_in(len(rows), len(lanes), overview is not None) inches at ``dpi``."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -90,11 +134,15 @@ def draw(rows: list[TimelineRow], points: list[LoadPoint], path: str | Path, dpi
     t0_ns = rows[0].start_ns
     n = len(rows)
     drawn_lanes = list(lanes[:MAX_LANES])
-    width_in, height_in = figure_size_in(n, len(drawn_lanes))
-    rows_in = height_in - len(drawn_lanes) * _LANE_IN - _LOAD_IN - _MARGINS_IN
+    width_in, height_in = figure_size_in(n, len(drawn_lanes), overview is not None)
+    top = [_OVERVIEW_IN, _OVERVIEW_LOAD_IN] if overview is not None else []
+    rows_in = height_in - len(drawn_lanes) * _LANE_IN - _LOAD_IN - _MARGINS_IN - sum(top)
     fig = Figure(figsize=(width_in, height_in), dpi=dpi, layout="constrained")
-    ax, *lane_axes, load_ax = fig.subplots(2 + len(drawn_lanes), 1, sharex=True,
-                                           height_ratios=[rows_in, *[_LANE_IN] * len(drawn_lanes), _LOAD_IN])
+    axes = fig.subplots(len(top) + 2 + len(drawn_lanes), 1, sharex=True,
+                        height_ratios=[*top, rows_in, *[_LANE_IN] * len(drawn_lanes), _LOAD_IN])
+    if overview is not None:
+        _draw_overview(axes[0], axes[1], overview, t0_ns)
+    ax, *lane_axes, load_ax = axes[len(top):]
 
     def seconds(t_ns: int) -> float:
         return (t_ns - t0_ns) / 1e9

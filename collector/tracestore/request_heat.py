@@ -113,19 +113,23 @@ def _spread(load: dict, service: int, a_us: int, b_us: int, which: int) -> None:
 
 
 def heatmap(db: sqlite3.Connection, metric: str, start_us: int, end_us: int, service_id: int | None,
-            columns: int = MAX_COLUMNS) -> dict:
+            columns: int = MAX_COLUMNS, fit: bool = False) -> dict:
     """The window [start_us, end_us] (its 10 s steps) in at most `columns` columns of whole steps:
     {"start", "end": the window as asked, "start_us": where column 0 begins, "step_us": a column's width,
     "columns", "cells": [[column, bucket,
     requests, failed, aborted, preempted]], "load": [[column, mean waiting, mean running]], "requests",
-    "no_value": requests without the figure}. `service_id` None: every service."""
+    "no_value": requests without the figure}. `service_id` None: every service. `fit`: the columns span
+    only the steps that hold requests (a window open at either end)."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     t0, t1 = start_us // STEP_US, end_us // STEP_US
+    service = "" if service_id is None else " AND service_id = ?"
+    if fit:
+        first, last = db.execute(f"SELECT min(t), max(t) FROM request_heat WHERE metric = 1 AND t BETWEEN ? AND ?"
+                                 f"{service}", [t0, t1] + ([] if service_id is None else [service_id])).fetchone()
+        t0, t1 = (t0, t0) if first is None else (first, last)
     per = max(1, math.ceil((t1 - t0 + 1) / max(1, columns)))  # steps per column
-    where, args = "t BETWEEN ? AND ?", [t0, t1]
-    if service_id is not None:
-        where, args = where + " AND service_id = ?", args + [service_id]
+    where, args = "t BETWEEN ? AND ?" + service, [t0, t1] + ([] if service_id is None else [service_id])
     cells = db.execute(f"SELECT (t - ?) / ? AS x, bucket, sum(requests), sum(failed), sum(aborted), sum(preempted) "
                        f"FROM request_heat WHERE metric = ? AND {where} GROUP BY x, bucket ORDER BY x, bucket",
                        [t0, per, METRICS.index(metric)] + args).fetchall()

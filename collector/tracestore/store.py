@@ -321,7 +321,7 @@ class TraceStore:
                                        rate_per_us, quantile)
 
     def heatmap(self, metric: str, start_us: int, end_us: int, service: str = "",
-                columns: int = request_heat.MAX_COLUMNS) -> dict:
+                columns: int = request_heat.MAX_COLUMNS, fit: bool = False) -> dict:
         """Every request that started in [start_us, end_us] (of `service`, or all) as a latency heatmap
         and load lane: `request_heat.heatmap`. ValueError on an unknown metric."""
         with self._reader() as db:
@@ -329,7 +329,7 @@ class TraceStore:
             if service:
                 row = db.execute("SELECT id FROM services WHERE name = ?", (service,)).fetchone()
                 service_id = -1 if row is None else row[0]
-            return request_heat.heatmap(db, metric, start_us, end_us, service_id, columns)
+            return request_heat.heatmap(db, metric, start_us, end_us, service_id, columns, fit)
 
     def choose_requests(self, start_us: int, end_us: int, limit: int, metric: str | None = None,
                         low_s: float | None = None, high_s: float | None = None,

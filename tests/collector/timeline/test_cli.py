@@ -274,6 +274,7 @@ def test_the_window_chooses_requests_by_start_and_the_limit_the_failed_and_slowe
     assert rows("--end", iso) == [s["trace_id"] for s in spans[:2]]
     slowest = max(spans, key=lambda s: s["attributes"]["gen_ai.latency.e2e"])
     assert rows("--limit", "1") == [slowest["trace_id"]]  # not the first: none failed, so the slowest
+    assert json.loads((tmp_path / "t.json").read_text())["overview"]["requests"] == len(spans)  # all, in the file
     err = capsys.readouterr().err
     assert "holds 3 requests, more than --limit 1: drawing the failed, the slowest by e2e" in err, err
 
@@ -411,3 +412,37 @@ def test_more_lanes_than_drawn_are_all_written_and_no_lane_draws_as_before(tmp_p
     assert "no engine lane" in capsys.readouterr().err
     assert json.loads((tmp_path / "t.json").read_text())["lanes"] == []
     assert png_size(out) == tuple(round(x * 40) for x in figure_size_in(6))
+
+
+def test_the_overview_counts_every_request_of_the_window_whatever_the_limit(tmp_path, capsys):
+    """3,000 requests in a store, --limit 50: 50 rows drawn, and above them the overview of all 3,000 by
+    --metric, its columns fitted to the requests (the window is open), as the store's heatmap has it."""
+    from otel_llm.collector.tracestore.store import TraceStore, TraceStoreConfig
+    from tests.collector.tracestore.test_drill_down import fill, workload
+
+    reqs = workload(3000)
+    store = TraceStore(TraceStoreConfig(str(tmp_path / "store")))
+    fill(store, reqs)
+    store.close()
+    out = tmp_path / "t.png"
+    assert main(["timeline", "--trace-store", str(tmp_path / "store"), "--limit", "50", "--metric", "e2e",
+                 "--out", str(out), "--dpi", "40"]) == 0
+    assert "holds 3000 requests, more than --limit 50" in capsys.readouterr().err
+    data = json.loads((tmp_path / "t.json").read_text())
+    overview = data["overview"]
+    assert len(data["rows"]) == 50 and overview["metric"] == "e2e"
+    assert overview["requests"] == sum(c[2] for c in overview["cells"]) == 3000
+    first, last = min(r["start_us"] for r in reqs), max(r["start_us"] for r in reqs)
+    assert overview["start_us"] <= first < overview["start_us"] + overview["step_us"]
+    assert last < overview["start_us"] + overview["columns"] * overview["step_us"] <= last + 2 * overview["step_us"]
+    store = TraceStore(TraceStoreConfig(str(tmp_path / "store")))
+    try:
+        assert overview == json.loads(json.dumps(store.heatmap("e2e", 0, (1 << 63) - 1, fit=True)))
+    finally:
+        store.close()
+    width_in, height_in = figure_size_in(50)
+    assert png_size(out) == (round(width_in * 40), round(height_in * 40))
+    assert height_in > figure_size_in(50, overview=False)[1]
+    with pytest.raises(SystemExit) as bad:  # argparse's usage error
+        main(["timeline", "--trace-store", str(tmp_path / "store"), "--metric", "p99", "--out", str(out)])
+    assert bad.value.code == 2 and "invalid choice: 'p99'" in capsys.readouterr().err
