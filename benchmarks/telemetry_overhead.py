@@ -25,8 +25,9 @@ all in the same run (ratios are what matter on a shared, noisy machine):
   step record and without: `us_per_step` on the token path (64 requests in steady decode, no tracing:
   the issue's target, <= 2), `us_per_step_traced` on the staggered loop (64 in flight, one finishing
   per step, spans 100% sampled: the lane, the `engine steps` window spans and each request span's
-  step summary), and the OTLP bytes of the window spans per step (`export_bytes_per_step`; x100:
-  `export_bytes_per_s_at_100_steps`).
+  step summary), `us_per_step_traced_timed` the lane's own work on that loop timed call by call
+  (`lane_work_us_per_step`; a request finishing every step, and every 2 steps), and the OTLP bytes of
+  the window spans per step (`export_bytes_per_step`; x100: `export_bytes_per_s_at_100_steps`).
 - exposition_ms: rendering a vLLM-scale payload (every family x 8 engines).
 - otlp_encode_us_per_span: OTLP/protobuf encoding of those span trees, otel_llm's
   direct encoder (what the server's exporter uses) vs the SDK's encoder.
@@ -126,7 +127,7 @@ def otel_llm_request_path(concurrency: int, rounds: int, slo=None) -> tuple[floa
 
 
 def otel_llm_staggered_path(concurrency: int, requests: int, slo=None, lane: bool = False,
-                            spans_out: list | None = None) -> float:
+                            spans_out: list | None = None, finish_every: int = 1) -> float:
     """A steady closed loop: every step all `concurrency` requests output a token, one of
     them finishes and a new one arrives (QUEUED and SCHEDULED), spans 100% sampled. Returns
     us per finished request, that step's token work included: the request-level cost when
@@ -144,10 +145,12 @@ def otel_llm_staggered_path(concurrency: int, requests: int, slo=None, lane: boo
     live = np.array([arrive(i) for i in range(concurrency)])
     gc.collect()
     t0 = time.perf_counter_ns()
-    for i in range(requests):
+    for i in range(requests * finish_every):
         rec.outputs(live, 1)
-        rec.finished(int(live[i % concurrency]), FinishReason.LENGTH)
-        live[i % concurrency] = arrive(concurrency + i)
+        if i % finish_every == 0:
+            k = i // finish_every
+            rec.finished(int(live[k % concurrency]), FinishReason.LENGTH)
+            live[k % concurrency] = arrive(concurrency + k)
         if lane:
             rec.lane(_lane_of_a_step(concurrency))
         tel.ingest(rec.end_step_bytes(128))
@@ -167,6 +170,44 @@ def _lane_of_a_step(batch: int) -> StepLane:
                     ForwardSource.CUDA)
 
 
+def lane_work_us_per_step(steps: int, finish_every: int) -> float:
+    """The lane's own frontend work per step, timed directly on the staggered loop (spans 100% sampled;
+    a request finishing every `finish_every` steps: 2 is a serving engine's steady state with 64 in
+    flight and 128 output tokens each): `EngineLane.add` on every step, the folds and each finished
+    request's step summary (`summaries`), and the window spans' export. The difference of two whole
+    runs cannot resolve it on this machine; each call is timed (its timer's ~0.1 µs included)."""
+    from otel_llm.frontend.engine_lane import EngineLane
+    from otel_llm.frontend.telemetry import Telemetry
+
+    spent, depth = [0], [0]
+    originals = {}
+
+    def timed(owner, name):
+        original = originals[(owner, name)] = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            if depth[0]:
+                return original(*args, **kwargs)
+            depth[0] += 1
+            t0 = time.perf_counter_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter_ns() - t0
+                depth[0] -= 1
+        setattr(owner, name, wrapper)
+
+    for owner, name in ((EngineLane, "add"), (EngineLane, "fold"), (EngineLane, "flush"), (EngineLane, "summaries"),
+                        (Telemetry, "_export_lane")):
+        timed(owner, name)
+    try:
+        otel_llm_staggered_path(64, steps // finish_every, lane=True, finish_every=finish_every)
+    finally:
+        for (owner, name), original in originals.items():
+            setattr(owner, name, original)
+    return spent[0] / (steps // finish_every * finish_every) / 1000
+
+
 def lane_cost(steps: int, runs: int) -> dict:
     """The engine lane's frontend cost per step, and its export volume (see the module docstring)."""
     traced = {False: [], True: []}
@@ -180,8 +221,11 @@ def lane_cost(steps: int, runs: int) -> dict:
     windows = [s for s in spans if s.name == LANE_SPAN]
     lane_steps = sum(s.attributes["otel_llm.lane.steps"] for s in windows)
     per_step = len(encode_spans(windows)) / max(lane_steps, 1)
+    direct = {f"finish_every_{k}_steps": round(min(lane_work_us_per_step(steps, k) for _ in range(runs)), 3)
+              for k in (1, 2)}
     return {"us_per_step": round(min(untraced[True]) - min(untraced[False]), 3),
             "us_per_step_traced": round(min(traced[True]) - min(traced[False]), 3),
+            "us_per_step_traced_timed": direct,
             "window_spans": len(windows), "steps_exported": lane_steps, "export_bytes_per_step": round(per_step, 1),
             "export_bytes_per_s_at_100_steps": round(per_step * 100)}
 
