@@ -75,9 +75,14 @@ function drawOverview() {
     `${METRIC_NAMES[o.metric]} (${o.step_us / 1e6} s columns; darker: more requests, at most ${peak} in a cell; ` +
     `red: failed or aborted, pink: preempted)` + (o.no_value ? `; ${o.no_value} without it, at the bottom` : "") +
     " · drag to select a region");
-  for (let b = Math.ceil(lo / o.per_decade) * o.per_decade; b <= hi; b += o.per_decade) {  // decades
+  let decades = 0;
+  for (let b = Math.ceil(lo / o.per_decade) * o.per_decade; b <= hi; b += o.per_decade, decades++) {  // decades
     svg("line", {x1: left, x2: width - RIGHT, y1: y(b) + cellH, y2: y(b) + cellH, class: "grid"}, chart);
     svg("text", {x: left - 4, y: y(b) + cellH, class: "axis-label peak"}, chart, seconds(10 ** (b / o.per_decade)));
+  }
+  if (!decades && valued.length) {  // all within one decade: the range's own bounds
+    svg("text", {x: left - 4, y: y(hi) + 9, class: "axis-label peak"}, chart, seconds(10 ** ((hi + 1) / o.per_decade)));
+    svg("text", {x: left - 4, y: y(lo) + cellH, class: "axis-label peak"}, chart, seconds(10 ** (lo / o.per_decade)));
   }
   const marks = new Map();  // column -> [failed or aborted, preempted]
   const group = svg("g", {"data-kind": "heatmap", "data-metric": o.metric, "data-requests": o.requests}, chart);
@@ -101,9 +106,11 @@ function drawOverview() {
         x: x(col) + k * colW / 2, y: top - 4 - h, width: Math.max(colW / 2, 1), height: h, class: `mark ${cls}`}, chart);
     }
   }
-  for (const col of [0, Math.floor(o.columns / 2), o.columns - 1]) {
+  for (const col of [0, Math.floor(o.columns / 2)]) {
     svg("text", {x: x(col), y: top + HEAT + 13, class: "axis-label"}, chart, when(o.start_us + col * o.step_us));
   }
+  svg("text", {x: x(o.columns), y: top + HEAT + 13, class: "axis-label peak"}, chart,  // where the last column ends
+    when(o.start_us + o.columns * o.step_us));
   const loadTop = top + HEAT + 18, loadPeak = Math.max(1, ...o.load.map((l) => Math.max(l[1], l[2])));
   const ly = (v) => loadTop + OVERVIEW_LOAD - v / loadPeak * OVERVIEW_LOAD;
   svg("text", {x: left - 4, y: loadTop + 9, class: "axis-label peak"}, chart, `${loadPeak.toFixed(1)}`);
