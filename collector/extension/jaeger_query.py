@@ -282,8 +282,7 @@ def _timeline(store: TraceStore, params: dict[str, list[str]]) -> dict:
                                                         query_param(params, "service"))
     except ValueError as exc:
         raise _HttpError(400, str(exc)) from None
-    rows = rows_from_traces(traces)
-    rows.sort(key=lambda r: (r.start_ns, r.trace_id))
+    rows = rows_from_traces(traces)  # by start
     shown = [row for row in rows if wanted.matches(row)]
     lanes = timeline_lanes(store, start, max([end] + [r.end_ns // 1000 for r in rows]), wanted)
     data = {"start": start, "end": end, "truncated": matched > limit, "matched": matched, "chosen": chosen,

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
             if matched > args.limit:
                 _say(f"the window holds {matched} requests, more than --limit {args.limit}: drawing {chosen} "
                      "(narrow it with --start/--end/--last, or raise --limit)")
-            rows = sorted(rows_from_traces(traces), key=lambda r: (r.start_ns, r.trace_id))
+            rows = rows_from_traces(traces)  # by start
             if not rows:
                 return _fail(1, f"no request in {source} between {_when(start_us)} and {_when(end_us)}: "
                                 "nothing written")

@@ -78,7 +78,8 @@ class Region:
 def choose(db: sqlite3.Connection, region: Region, limit: int) -> tuple[int, list[bytes], str]:
     """(requests in the region, the trace ids to list, how they were chosen)."""
     where, args = region.where()
-    matched = db.execute(f"SELECT count(*) FROM requests r WHERE {where}", args).fetchone()[0]
+    matched, first, last = db.execute(
+        f"SELECT count(*), min(r.start_us), max(r.start_us) FROM requests r WHERE {where}", args).fetchone()
     if matched <= limit:
         ids = db.execute(f"SELECT r.id FROM requests r WHERE {where} ORDER BY r.start_us LIMIT ?", args + [limit])
         return matched, _trace_ids(db, [i for (i,) in ids]), "all"
@@ -94,7 +95,6 @@ def choose(db: sqlite3.Connection, region: Region, limit: int) -> tuple[int, lis
                 break
             rows.setdefault(i)
     left = limit - len(rows)
-    first, last = db.execute(f"SELECT min(r.start_us), max(r.start_us) FROM requests r WHERE {where}", args).fetchone()
     span = last - first + 1  # (a window open at either end is sampled where its requests are)
     for k in range(left):  # an even sample across the time range
         later, later_args = replace(region, start_us=first + span * (2 * k + 1) // (2 * left)).where()

@@ -123,13 +123,13 @@ def heatmap(db: sqlite3.Connection, metric: str, start_us: int, end_us: int, ser
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     t0, t1 = start_us // STEP_US, end_us // STEP_US
-    service = "" if service_id is None else " AND service_id = ?"
+    service, service_args = ("", []) if service_id is None else (" AND service_id = ?", [service_id])
     if fit:
         first, last = db.execute(f"SELECT min(t), max(t) FROM request_heat WHERE metric = 1 AND t BETWEEN ? AND ?"
-                                 f"{service}", [t0, t1] + ([] if service_id is None else [service_id])).fetchone()
+                                 f"{service}", [t0, t1] + service_args).fetchone()
         t0, t1 = (t0, t0) if first is None else (first, last)
     per = max(1, math.ceil((t1 - t0 + 1) / max(1, columns)))  # steps per column
-    where, args = "t BETWEEN ? AND ?" + service, [t0, t1] + ([] if service_id is None else [service_id])
+    where, args = "t BETWEEN ? AND ?" + service, [t0, t1] + service_args
     cells = db.execute(f"SELECT (t - ?) / ? AS x, bucket, sum(requests), sum(failed), sum(aborted), sum(preempted) "
                        f"FROM request_heat WHERE metric = ? AND {where} GROUP BY x, bucket ORDER BY x, bucket",
                        [t0, per, METRICS.index(metric)] + args).fetchall()

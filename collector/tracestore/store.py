@@ -325,11 +325,7 @@ class TraceStore:
         """Every request that started in [start_us, end_us] (of `service`, or all) as a latency heatmap
         and load lane: `request_heat.heatmap`. ValueError on an unknown metric."""
         with self._reader() as db:
-            service_id = None
-            if service:
-                row = db.execute("SELECT id FROM services WHERE name = ?", (service,)).fetchone()
-                service_id = -1 if row is None else row[0]
-            return request_heat.heatmap(db, metric, start_us, end_us, service_id, columns, fit)
+            return request_heat.heatmap(db, metric, start_us, end_us, _service_id(db, service), columns, fit)
 
     def choose_requests(self, start_us: int, end_us: int, limit: int, metric: str | None = None,
                         low_s: float | None = None, high_s: float | None = None,
@@ -351,11 +347,7 @@ class TraceStore:
 
     @staticmethod
     def _region(db, start_us, end_us, metric, low_s, high_s, service) -> drill_down.Region:
-        service_id = None
-        if service:
-            row = db.execute("SELECT id FROM services WHERE name = ?", (service,)).fetchone()
-            service_id = -1 if row is None else row[0]
-        return drill_down.Region(start_us, end_us, metric or None, low_s, high_s, service_id)
+        return drill_down.Region(start_us, end_us, metric or None, low_s, high_s, _service_id(db, service))
 
     def trace(self, trace_id_hex: str) -> list[StoredSpan]:
         """The spans of one trace by start time ([] when unknown); ValueError on a bad id."""
@@ -425,6 +417,14 @@ class TraceStore:
                f"WHERE {where} LIMIT ?")
         with self._reader() as db:
             return [RequestSummary(*row[:9], bool(row[9]), *row[10:]) for row in db.execute(sql, args + (limit,))]
+
+
+def _service_id(db: sqlite3.Connection, service: str) -> int | None:
+    """The id of service `service` (-1 for one never stored, so nothing matches); None for "" (every service)."""
+    if not service:
+        return None
+    row = db.execute("SELECT id FROM services WHERE name = ?", (service,)).fetchone()
+    return -1 if row is None else row[0]
 
 
 def _request_row(span: trace_pb2.Span, instance: str) -> tuple | None:

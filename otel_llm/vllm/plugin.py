@@ -125,7 +125,7 @@ class _OtelSide:
                                        extra_buckets=extra_buckets, scheduler_gauges=self.rank <= 0,
                                        vllm_families=vllm_families,
                                        kv_cache_metrics=bool(getattr(observability, "kv_cache_metrics", False)),
-                                       mfu_metrics="_perf_metrics_cls" in helper_classes(PrometheusStatLogger),
+                                       mfu_metrics=hasattr(PrometheusStatLogger, "_perf_metrics_cls"),
                                        step_tokens_computed=parse_version(vllm_version()) >= STEP_TOKENS_COMPUTED_FROM,
                                        slo=slo)
         self.reader = None
