@@ -1,7 +1,7 @@
 """The two-stage pipeline (`otel-llm serve-pipeline`) with stats on against stats off, at saturation.
 
 Each of `--repeats` rounds starts two serve-pipeline servers (tone talker): one with stats on
-(stage-0 `vllm:*` families with stage/replica, the pipeline's `vllm:omni_*` families, every
+(stage-0 `vllm:*` families with stage/replica, the pipeline's `vllm_omni:*` families, every
 request, hop and audio chunk recorded), one with `--disable-log-stats`, and runs the same load of
 streamed audio chat requests (all at once, `--concurrency` in flight) against both, time-sliced
 (`benchmarks/serving/time_slicing.py`: one server and its client run for `--slice` s while the

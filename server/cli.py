@@ -53,8 +53,8 @@ def add_parsers(sub) -> None:
                           help="tone: the built-in synthesiser, a note per character (default); espeak: speech "
                                "from the espeak-ng program, which must be installed")
     pipeline.add_argument("--omni-metrics-prefix", choices=PREFIXES, default=PipelineServerConfig.omni_metrics_prefix,
-                          help="the pipeline families' prefix: vLLM-Omni's vllm:omni_ (default) or its later "
-                               "vllm_omni:")
+                          help="the pipeline families' prefix: vLLM-Omni's vllm_omni: (default) or its design's "
+                               "first release's vllm:omni_")
 
     demo = sub.add_parser("demo", help="send a few chat requests to a running server and summarise /metrics",
                           description="A client: chat requests with the openai library against a running server, "

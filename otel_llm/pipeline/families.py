@@ -1,10 +1,14 @@
 """vLLM-Omni's pipeline families: one table of names, kinds, HELP texts, labels and buckets.
 
-Copied from vLLM-Omni's `vllm_omni/metrics/definitions.py` (the release whose prefix is
-`vllm:omni_`), `prometheus.py`, `modality.py` and `transfer.py`: the 15 families of its
-Prometheus design (4 pipeline, 7 audio, 4 cross-stage transfer). Names here are stems; the
-exposed name is `prefix + stem` (`vllm:omni_` by default; newer vLLM-Omni writes `vllm_omni:`).
-Counters are named without `_total`, which their samples take (as prometheus_client writes them).
+Copied from vLLM-Omni 0.30's `vllm_omni/metrics/definitions.py`, `prometheus.py`, `modality.py`
+and `transfer.py` (and checked against that release's wheel by the tests): the 15 families of
+its Prometheus design (4 pipeline, 7 audio, 4 cross-stage transfer) and the 9 of its later
+releases that a speech pipeline feeds (tokens, queue wait, failures, per-stage generation time,
+in-queue time and waiting requests, speech streams). Its image, diffusion, realtime-VAD,
+KV-connector and device-memory families have no source in a speech pipeline and are not here.
+Names here are stems; the exposed name is `prefix + stem` (`vllm_omni:` by default, what
+vLLM-Omni writes; `vllm:omni_` for its design's first release). Counters are named without
+`_total`, which their samples take (as prometheus_client writes them).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import NamedTuple
 
 from otel_llm.canonical.instruments import Kind
 
-PREFIXES = ("vllm:omni_", "vllm_omni:")  # the seed's release, and vLLM-Omni's later rename
+PREFIXES = ("vllm_omni:", "vllm:omni_")  # vLLM-Omni's (the default), and its design's first release
 
 SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 SECONDS_FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
@@ -26,6 +30,15 @@ STAGE_LABELS = ("model_name", "stage", "replica")
 CONTINUITY_LABELS = ("model_name", "stage", "replica", "threshold_ms")
 SKIPPED_LABELS = ("model_name", "stage", "replica", "reason")
 TRANSFER_LABELS = ("model_name", "from_stage", "from_replica", "to_stage", "to_replica")
+REASON_LABELS = ("model_name", "reason")
+STAGE_TYPE_LABELS = ("model_name", "stage", "stage_type")
+STAGE_ONLY_LABELS = ("model_name", "stage")  # vLLM-Omni's DIFFUSION_LABELS
+
+# The bounded label values: a request's failure (anything else is `unknown`), a speech stream's
+# abort (anything else is `error`), a stage's type (vLLM-Omni's stage types)
+FAILURE_REASONS = ("client_abort", "client_disconnect", "stage_error", "unknown")
+STREAM_ABORT_REASONS = ("cancelled", "closed", "engine_dead", "error")
+STAGE_TYPES = ("llm", "diffusion")
 
 
 class PipelineFamily(NamedTuple):
@@ -84,6 +97,36 @@ TRANSFER_IN_FLIGHT = PipelineFamily("transfer_in_flight_s", Kind.HISTOGRAM,
                                     "Network in-flight time in seconds (TX done -> RX recv start).", TRANSFER_LABELS,
                                     SECONDS_FAST_BUCKETS)
 
-FAMILIES = (RUNNING, WAITING, SUCCESS, E2E,
+PROMPT_TOKENS = PipelineFamily("prompt_tokens", Kind.COUNTER,
+                              "Total prompt (input) tokens processed across all pipeline stages.", PIPELINE_LABELS)
+GENERATION_TOKENS = PipelineFamily("generation_tokens", Kind.COUNTER,
+                                   "Total generation (output) tokens produced across all pipeline stages.",
+                                   PIPELINE_LABELS)
+QUEUE_WAIT = PipelineFamily("request_queue_wait_s", Kind.HISTOGRAM,
+                            "Per-request queue wait between submit arrival and stage submit, in seconds.",
+                            PIPELINE_LABELS, SECONDS_BUCKETS)
+FAILED = PipelineFamily("requests_failed", Kind.COUNTER,
+                        "Total requests by failure reason. Pairs with requests_success_total (abort bucket) to give "
+                        "the full failure surface. Reasons are bounded to client_abort, client_disconnect, "
+                        "stage_error, and unknown.", REASON_LABELS)
+STAGE_GEN_TIME = PipelineFamily("stage_gen_time_s", Kind.HISTOGRAM,
+                                "Per-stage generation time in seconds for diffusion / image stages.",
+                                STAGE_TYPE_LABELS, SECONDS_BUCKETS)
+STAGE_IN_QUEUE = PipelineFamily("stage_in_queue_s", Kind.HISTOGRAM,
+                                "Time in seconds from diffusion scheduler enqueue to initial execution admission. "
+                                "Zero is the healthy low-load baseline and is counted.", STAGE_ONLY_LABELS,
+                                SECONDS_FAST_BUCKETS)
+STAGE_WAITING = PipelineFamily("stage_waiting_requests", Kind.GAUGE,
+                               "Sum of the latest scheduler waiting snapshots across a stage's replicas; diffusion "
+                               "snapshots update when outputs arrive.", STAGE_ONLY_LABELS)
+STREAM_COMPLETED = PipelineFamily("speech_stream_completed", Kind.COUNTER,
+                                  "Speech audio generators that completed normally; does not confirm client receipt.",
+                                  PIPELINE_LABELS)
+STREAM_ABORTED = PipelineFamily("speech_stream_aborted", Kind.COUNTER,
+                                "Speech audio generators terminated before normal completion, including before the "
+                                "first PCM payload.", REASON_LABELS)
+
+FAMILIES = (RUNNING, WAITING, SUCCESS, E2E, PROMPT_TOKENS, GENERATION_TOKENS, QUEUE_WAIT, FAILED,
+            STAGE_GEN_TIME, STAGE_IN_QUEUE, STAGE_WAITING, STREAM_COMPLETED, STREAM_ABORTED,
             AUDIO_TTFP, AUDIO_DURATION, AUDIO_RTF, AUDIO_FRAMES, AUDIO_UNDERRUN, AUDIO_CONTINUITY_OK, AUDIO_SKIPPED,
             TRANSFER_SIZE, TRANSFER_TX, TRANSFER_RX, TRANSFER_IN_FLIGHT)

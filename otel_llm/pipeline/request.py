@@ -1,10 +1,14 @@
 """PipelineRequest: one request's timeline through a pipeline, turned into observations and spans.
 
-Made by `PipelineTelemetry.arrival`. The orchestrator reports stage visits and transfer hops,
-the API server reports audio chunks as it streams them and the finish (or the abort when the
-client goes away). At the finish the request observes its e2e latency and finish reason and,
-for an audio response, the simulated listener's figures (`audio_player.simulate`), then
-emits its span tree (`spans.py`) from the same timestamps.
+Made by `PipelineTelemetry.arrival`. The orchestrator reports stage visits (each one that ends
+observes its stage's generation time; a start may say when the request was enqueued there, for
+the stage's in-queue time) and transfer hops, the API server reports audio chunks as it streams
+them and the finish, or the failure (`fail`; `abort` when the client goes away). At the finish the
+request observes its e2e latency, queue wait (arrival to its first stage's start), finish reason
+and tokens and, for an audio response, the simulated listener's figures (`audio_player.simulate`);
+a failure counts as finished by `abort` and by its reason in `requests_failed`, and observes
+neither latency nor tokens (as vLLM-Omni). Either way it emits its span tree (`spans.py`) from the
+same timestamps.
 
 Threads: any; the request's own lock guards its timeline (held briefly, and only the
 pipeline's lock is taken inside it). Times are ns of the pipeline's monotonic clock; `now_ns`
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("otel_llm")
 
-ABORT = "abort"  # vLLM-Omni: client disconnects and cancellations finish as `abort`
+ABORT = "abort"  # vLLM-Omni: failed requests (client disconnects, cancellations, stage errors) finish as `abort`
+CLIENT_DISCONNECT, STAGE_ERROR = "client_disconnect", "stage_error"  # failure reasons (families.FAILURE_REASONS)
 FOLD_HOPS = 64  # a request's hops observed at once (bounded memory; one lock and 4 bucket searches per batch);
 # a sender that batches its own hops (`transfers`) hands them over in batches of this size too
 
@@ -61,6 +66,7 @@ class PipelineRequest:
         self._audio_at: tuple[str, str] | None = None  # the (stage, replica) streaming audio
         self._ttfp = False
         self.finished: tuple[str, int] | None = None  # (reason, finish ns)
+        self.failure: str | None = None  # why it failed (`fail`), None when it completed
 
     def _now(self, now_ns: int | None) -> int:
         return self.pipeline.clock() if now_ns is None else now_ns
@@ -72,20 +78,25 @@ class PipelineRequest:
             return True
         return False
 
-    def stage_started(self, stage: str, replica: str, now_ns: int | None = None) -> None:
-        """A stage replica started on the request (the first one moves it from waiting to running)."""
+    def stage_started(self, stage: str, replica: str, now_ns: int | None = None, queued_ns: int | None = None) -> None:
+        """A stage replica started on the request (the first one moves it from waiting to running).
+        `queued_ns`: when the request was enqueued at the stage (its in-queue time is observed)."""
         if not self._live:
             return
         with self._lock:
             if self._refuse():
                 return
             first = not self.visits
-            self.visits.append(StageVisit(stage, replica, self._now(now_ns), 0))
+            start = self._now(now_ns)
+            self.visits.append(StageVisit(stage, replica, start, 0))
             if first:
                 self.pipeline.request_started()
+        if queued_ns is not None:
+            self.pipeline.observe_stage_in_queue(stage, (start - queued_ns) / 1e9)  # a negative one is dropped
 
     def stage_finished(self, stage: str, replica: str, now_ns: int | None = None) -> None:
-        """The stage replica's latest visit ended (dropped when it has none running)."""
+        """The stage replica's latest visit ended (dropped when it has none running): its
+        generation time is observed."""
         if not self._live:
             return
         with self._lock:
@@ -94,9 +105,12 @@ class PipelineRequest:
             for i in range(len(self.visits) - 1, -1, -1):
                 v = self.visits[i]
                 if (v.stage, v.replica) == (stage, replica) and not v.end_ns:
-                    self.visits[i] = v._replace(end_ns=max(self._now(now_ns), v.start_ns))
-                    return
-            self.pipeline.drop()
+                    v = self.visits[i] = v._replace(end_ns=max(self._now(now_ns), v.start_ns))
+                    break
+            else:
+                self.pipeline.drop()
+                return
+        self.pipeline.observe_stage_gen_time(stage, (v.end_ns - v.start_ns) / 1e9)
 
     def transfer(self, hop: TransferHop) -> None:
         """One physical hop of this request between two stage replicas. Checked and observed in
@@ -174,15 +188,30 @@ class PipelineRequest:
             self.pipeline.observe_audio_ttfp(stage, replica, (ttfp - arrival) / 1e9)
 
     def abort(self, now_ns: int | None = None) -> None:
-        """The client went away or the request was cancelled: finished as `abort`."""
-        self.finish(ABORT, now_ns)
+        """The client went away: failed as `client_disconnect`."""
+        self.fail(CLIENT_DISCONNECT, now_ns)
+
+    def fail(self, reason: str = "unknown", now_ns: int | None = None) -> None:
+        """The request ended without completing: `reason` is `client_abort` (cancelled through the
+        API), `client_disconnect`, `stage_error` (a stage failed) or `unknown` (also for another)."""
+        self._end(ABORT, now_ns, str(reason))
 
     def finish(self, reason: str = "stop", now_ns: int | None = None, gen_time_s: float | None = None,
-               sample_rate: int | None = None) -> None:
+               sample_rate: int | None = None, prompt_tokens: int = 0, generation_tokens: int = 0) -> None:
         """The response is complete (its last byte went out). `reason`: vLLM's finish reason
-        (stop, length, abort, ...). For an audio response that was not aborted, the listener
-        simulation runs here: `gen_time_s` is the audio stage's generation time for RTF (default:
-        its visits' total, else arrival to the last chunk); `sample_rate` overrides the config's."""
+        (stop, length, abort, ...); `prompt_tokens`: the first stage's, `generation_tokens`: every
+        stage's (ints >= 0; bad ones are dropped, counted). For an audio response not finished
+        by `abort`, the listener simulation runs here: `gen_time_s` is the audio stage's generation
+        time for RTF (default: its visits' total, else arrival to the last chunk); `sample_rate`
+        overrides the config's."""
+        tokens = (prompt_tokens, generation_tokens)
+        if not all(type(n) is int and n >= 0 for n in tokens):
+            self.pipeline.drop()
+            tokens = (0, 0)
+        self._end(str(reason), now_ns, None, tokens, gen_time_s, sample_rate)
+
+    def _end(self, reason: str, now_ns: int | None, failure: str | None, tokens=(0, 0), gen_time_s=None,
+             sample_rate=None) -> None:
         if not self._live:
             return
         pipeline = self.pipeline
@@ -190,12 +219,17 @@ class PipelineRequest:
             if self._refuse():
                 return
             now = max(self._now(now_ns), self.arrival_ns)
-            self.finished = (reason, now)
+            self.finished, self.failure = (reason, now), failure
             pending, self._pending = self._pending, []
             started = bool(self.visits)
+            queue_wait_s = (self.visits[0].start_ns - self.arrival_ns) / 1e9 if started else None
             self.visits = [v if v.end_ns else v._replace(end_ns=max(now, v.start_ns)) for v in self.visits]
         pipeline.observe_transfers(pending)
-        pipeline.request_finished(started, str(reason), (now - self.arrival_ns) / 1e9)
+        if failure is not None:
+            pipeline.request_failed(started, failure)
+        else:
+            pipeline.request_finished(started, reason, (now - self.arrival_ns) / 1e9,
+                                      None if queue_wait_s is None or queue_wait_s < 0 else queue_wait_s, *tokens)
         if reason != ABORT and (self.audio or self._chunk_ns):
             self._audio_result(gen_time_s, sample_rate)
         tracer = pipeline.tracer

@@ -56,7 +56,7 @@ class PipelineTracer:
         }
         status = Status(StatusCode.UNSET)
         if reason in ("abort", "error"):
-            attrs["error.type"] = reason
+            attrs["error.type"] = req.failure or reason
             status = Status(StatusCode.ERROR, f"request finished with {reason}")
         spans = [ReadableSpan(f"pipeline {self.model_name}", root, parent, resource, limits.attributes(attrs), (), (),
                               SpanKind.INTERNAL if parent else SpanKind.SERVER, None, status, req.arrival_ns + off,

@@ -2,10 +2,15 @@
 
 vLLM-Omni's Prometheus design: an orchestrator drives a request through stages (e.g. a
 talker LLM, then a code2wav vocoder), each run by one of its replicas, moving data between
-them over a connector. Its families (`families.py`, `vllm:omni_` by default):
+them over a connector. Its families (`families.py`, `vllm_omni:` by default):
 
 - pipeline: requests running and waiting (gauges), requests finished by `finished_reason`
-  (a client disconnect or cancellation counts as `abort`), end-to-end latency;
+  (a failed request counts as `abort`, and by its reason in `requests_failed`), end-to-end
+  latency, queue wait (arrival to the first stage's start), prompt and generation tokens (of
+  completed requests), speech streams completed and aborted (by reason);
+- per stage: generation time (each visit that ended, by `stage_type`), in-queue time (enqueued
+  to started, where the stage says when it was enqueued), waiting requests (the sum over its
+  replicas of their latest scheduler snapshot, pushed or read from a source at every read);
 - audio, per (stage, replica): TTFP, duration, RTF, frames, worst player underrun,
   continuity per threshold, skipped requests by reason (`audio_player.py` simulates the
   listener);
@@ -16,10 +21,12 @@ The per-engine `vllm:*` families of each stage's engine come from one `Telemetry
 (stage, replica) with `TelemetryConfig.stage_replica` set (`Profile.stage_replica`); serve them
 together with these: `make_metrics_app(stage_telemetries, extra=pipeline.render)`.
 
-Series for a (stage, replica) or an edge appear once it has data; the pipeline gauges and the
-e2e histogram exist from the start (vLLM-Omni binds their model_name child at init). Stage,
-replica and reason values come from outside, so each family keeps at most
-`cardinality_limit` label sets, the rest going into its `otel_metric_overflow="true"` series.
+Series for a (stage, replica) or an edge appear once it has data; the pipeline gauges, the
+e2e and queue-wait histograms and the token counters exist from the start (vLLM-Omni binds
+their model_name child at init). Stage, replica and reason values come from outside, so each
+family keeps at most `cardinality_limit` label sets, the rest going into its
+`otel_metric_overflow="true"` series; failure and stream-abort reasons are bounded to
+vLLM-Omni's vocabularies (another becomes `unknown` / `error`, as there).
 
 Stats gate: with `PipelineConfig(enabled=False)` (vLLM-Omni's `--log-stats` off) nothing is
 allocated, recorded or rendered: `render` returns b"" and `/metrics` has no omni family at all.
@@ -29,6 +36,9 @@ loop); each takes the one lock of the aggregates briefly. Valid transfer hops ar
 observed `PENDING_HOPS` at a time, and before every read. `render` copies under the lock and
 formats off it. Nothing here raises into the caller: bad values are dropped and counted in
 `dropped`.
+
+Size: over 320 lines because it is the one owner of the pipeline's families and their lock:
+every observation (request, stage, audio, transfer, stream) lands here and is read here.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,8 +58,9 @@ from otel_llm.engine.clock import ANCHOR_MONO_NS, ANCHOR_WALL_NS
 from otel_llm.pipeline.audio_player import DEFAULT_SAMPLE_RATE, DEFAULT_THRESHOLDS_MS, PlayerResult
 from otel_llm.pipeline.families import (
     AUDIO_CONTINUITY_OK, AUDIO_DURATION, AUDIO_FRAMES, AUDIO_RTF, AUDIO_SKIPPED, AUDIO_TTFP, AUDIO_UNDERRUN, E2E,
-    FAMILIES, PREFIXES, RUNNING, SUCCESS, TRANSFER_IN_FLIGHT, TRANSFER_RX, TRANSFER_SIZE, TRANSFER_TX, WAITING,
-    PipelineFamily,
+    FAILED, FAILURE_REASONS, FAMILIES, GENERATION_TOKENS, PREFIXES, PROMPT_TOKENS, QUEUE_WAIT, RUNNING, STAGE_GEN_TIME,
+    STAGE_IN_QUEUE, STAGE_TYPES, STAGE_WAITING, STREAM_ABORT_REASONS, STREAM_ABORTED, STREAM_COMPLETED, SUCCESS,
+    TRANSFER_IN_FLIGHT, TRANSFER_RX, TRANSFER_SIZE, TRANSFER_TX, WAITING, PipelineFamily,
 )
 from otel_llm.pipeline.hop import TransferHop
 from otel_llm.pipeline.request import PipelineRequest
@@ -63,7 +75,8 @@ class PipelineConfig:
     """Configuration of a pipeline's telemetry. Invalid values raise ValueError at construction.
 
     - `enabled=False` (vLLM-Omni's `--log-stats` off): nothing is registered or recorded.
-    - `prefix`: `vllm:omni_` (the seed's names) or `vllm_omni:` (vLLM-Omni's later rename).
+    - `prefix`: `vllm_omni:` (vLLM-Omni's) or `vllm:omni_` (its design's first release).
+    - `diffusion_stages`: the stages whose `stage_type` is `diffusion` (the others' is `llm`).
     - `continuity_thresholds_ms`: one `audio_continuity_ok_total{threshold_ms}` series each.
     - `sample_rate`, `sample_width`, `channels`: the streamed PCM format (vLLM-Omni's defaults:
       24 kHz, s16le, mono); a request may give its own sample rate at `finish`.
@@ -73,6 +86,7 @@ class PipelineConfig:
     model_name: str
     enabled: bool = True
     prefix: str = PREFIXES[0]
+    diffusion_stages: tuple[str, ...] = ()
     continuity_thresholds_ms: tuple[int, ...] = DEFAULT_THRESHOLDS_MS
     sample_rate: int = DEFAULT_SAMPLE_RATE
     sample_width: int = 2
@@ -86,6 +100,8 @@ class PipelineConfig:
             raise ValueError(f"model_name must be a non-empty string, got {self.model_name!r}")
         if self.prefix not in PREFIXES:
             raise ValueError(f"prefix must be one of {PREFIXES}, got {self.prefix!r}")
+        if not isinstance(self.diffusion_stages, tuple) or not all(type(s) is str for s in self.diffusion_stages):
+            raise ValueError(f"diffusion_stages must be a tuple of stage names, got {self.diffusion_stages!r}")
         thresholds = self.continuity_thresholds_ms
         if (not isinstance(thresholds, tuple) or not thresholds
                 or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in thresholds)):
@@ -113,8 +129,10 @@ class PipelineTelemetry:
         self._running = self._waiting = 0
         self._hops: dict[tuple, list[np.ndarray]] = {}  # valid hop rows by (model, *edge), not folded yet
         self._num_hops = 0
+        self._waiting_at: dict[tuple[str, str], int] = {}  # (stage, replica) -> its latest waiting snapshot
+        self._waiting_sources: dict[tuple[str, str], Callable[[], int]] = {}
         model = (config.model_name,)
-        for f in (RUNNING, WAITING, E2E):
+        for f in (RUNNING, WAITING, E2E, QUEUE_WAIT, PROMPT_TOKENS, GENERATION_TOKENS):
             self._sets[f].touch(model)
         self.anchor = (ANCHOR_WALL_NS, ANCHOR_MONO_NS) if clock is time.monotonic_ns else (time.time_ns(), clock())
         self.tracer = None
@@ -142,27 +160,128 @@ class PipelineTelemetry:
         return PipelineRequest(self, request_id, now, identity, audio)
 
     def _gauges(self) -> None:
-        """Before a read: the hops not folded yet are folded, and the running/waiting gauges take
-        the counts (a snapshot; not set at every change)."""
+        """Before a read: the hops not folded yet are folded, and the gauges take the counts (a
+        snapshot; not set at every change): running and waiting, and each stage's waiting requests
+        (its replicas' latest snapshots, the sources read now)."""
         self._fold_hops()
-        model = (self.config.model_name,)
-        self._sets[RUNNING].set(model, self._running)
-        self._sets[WAITING].set(model, self._waiting)
+        model = self.config.model_name
+        self._sets[RUNNING].set((model,), self._running)
+        self._sets[WAITING].set((model,), self._waiting)
+        for at, source in self._waiting_sources.items():
+            try:
+                self._snapshot_at(at, _count(source()))
+            except Exception:  # a source that fails or returns no count keeps its last snapshot
+                self.dropped += 1
+        stages: dict[str, int] = {}
+        for (stage, _), n in self._waiting_at.items():
+            stages[stage] = stages.get(stage, 0) + n
+        for stage, n in stages.items():
+            self._sets[STAGE_WAITING].set((model, stage), n)
 
     def request_started(self) -> None:
         with self._lock:
             self._waiting -= 1
             self._running += 1
 
-    def request_finished(self, started: bool, reason: str, e2e_s: float) -> None:
+    def request_finished(self, started: bool, reason: str, e2e_s: float, queue_wait_s: float | None = None,
+                         prompt_tokens: int = 0, generation_tokens: int = 0) -> None:
+        """A request completed (`PipelineRequest.finish`): its finish reason, e2e latency, queue wait
+        (None: no stage started it) and tokens (checked by the caller)."""
+        model = (self.config.model_name,)
+        with self._lock:
+            self._left(started)
+            self._sets[SUCCESS].add((*model, reason), 1)
+            self._sets[E2E].observe(model, e2e_s)
+            if queue_wait_s is not None:
+                self._sets[QUEUE_WAIT].observe(model, queue_wait_s)
+            if prompt_tokens:
+                self._sets[PROMPT_TOKENS].add(model, prompt_tokens)
+            if generation_tokens:
+                self._sets[GENERATION_TOKENS].add(model, generation_tokens)
+
+    def request_failed(self, started: bool, reason: str) -> None:
+        """A request ended without completing (`PipelineRequest.fail`): `abort` among the finish
+        reasons, and its failure reason (one of `FAILURE_REASONS`, else `unknown`)."""
         model = self.config.model_name
         with self._lock:
-            if started:
-                self._running -= 1
-            else:
-                self._waiting -= 1
-            self._sets[SUCCESS].add((model, reason), 1)
-            self._sets[E2E].observe((model,), e2e_s)
+            self._left(started)
+            self._sets[SUCCESS].add((model, "abort"), 1)
+            self._sets[FAILED].add((model, reason if reason in FAILURE_REASONS else "unknown"), 1)
+
+    def _left(self, started: bool) -> None:
+        if started:
+            self._running -= 1
+        else:
+            self._waiting -= 1
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def observe_stage_gen_time(self, stage: str, gen_time_s: float) -> None:
+        """A stage's visit of a request ended after `gen_time_s` seconds of generation."""
+        self._observe_stage(STAGE_GEN_TIME, (str(stage), self.stage_type(stage)), gen_time_s)
+
+    def observe_stage_in_queue(self, stage: str, in_queue_s: float) -> None:
+        """A stage started on a request `in_queue_s` seconds after it was enqueued there."""
+        self._observe_stage(STAGE_IN_QUEUE, (str(stage),), in_queue_s)
+
+    def _observe_stage(self, family: PipelineFamily, key: tuple[str, ...], seconds: float) -> None:
+        if not self.enabled:
+            return
+        if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0):
+            self.drop()
+            return
+        with self._lock:
+            self._sets[family].observe((self.config.model_name, *key), seconds)
+
+    def stage_type(self, stage: str) -> str:
+        return STAGE_TYPES[1] if stage in self.config.diffusion_stages else STAGE_TYPES[0]
+
+    def stage_waiting(self, stage: str, replica: str, waiting: int) -> None:
+        """A (stage, replica)'s scheduler snapshot: `waiting` requests now. The stage's
+        `stage_waiting_requests` is the sum of its replicas' latest."""
+        if not self.enabled:
+            return
+        try:
+            n = _count(waiting)
+        except ValueError:
+            self.drop()
+            return
+        with self._lock:
+            self._snapshot_at((str(stage), str(replica)), n)
+
+    def _snapshot_at(self, at: tuple[str, str], n: int) -> None:
+        """Keep a (stage, replica)'s waiting snapshot; a new one beyond the cardinality limit is dropped."""
+        if at not in self._waiting_at and len(self._waiting_at) >= self.config.cardinality_limit:
+            self.dropped += 1
+        else:
+            self._waiting_at[at] = n
+
+    def watch_stage_waiting(self, stage: str, replica: str, source: Callable[[], int]) -> None:
+        """Read the (stage, replica)'s waiting requests from `source()` at every read instead of
+        being told (`stage_waiting`): a cheap call that never calls into this telemetry; one that
+        raises or returns no count keeps the last snapshot (counted in `dropped`)."""
+        if self.enabled:
+            with self._lock:
+                if len(self._waiting_sources) < self.config.cardinality_limit:
+                    self._waiting_sources[(str(stage), str(replica))] = source
+                else:
+                    self.dropped += 1
+
+    # -- speech streams --------------------------------------------------------------------
+
+    def stream_completed(self) -> None:
+        """A streamed speech response ended normally (its last chunk was written)."""
+        if self.enabled:
+            with self._lock:
+                self._sets[STREAM_COMPLETED].add((self.config.model_name,), 1)
+
+    def stream_aborted(self, reason: str) -> None:
+        """A streamed speech response ended early: `closed` or `cancelled` (the client went away),
+        `engine_dead`, or `error` (also for a reason not among those)."""
+        if self.enabled:
+            reason = reason if reason in STREAM_ABORT_REASONS else "error"
+            with self._lock:
+                self._sets[STREAM_ABORTED].add((self.config.model_name, reason), 1)
 
     # -- observations ----------------------------------------------------------------------
 
@@ -288,3 +407,10 @@ class PipelineTelemetry:
         for snap in snaps:
             series_lines(lines, snap, openmetrics)
         return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+def _count(value) -> int:
+    """A number of requests: an int >= 0 (ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"not a count of requests: {value!r}")
+    return int(value)

@@ -129,7 +129,7 @@ def lifespan(config: ServerConfig, client: EngineClient | None, clock: ShutdownC
                                              exports.tracer_provider, pipeline))
             if pipeline is not None:
                 stack = PipelineStack(pipeline, model_name, config.engine.log_stats, config.cardinality_limit,
-                                      exports.tracer_provider, config.log_stats_interval_s)
+                                      exports.tracer_provider, config.log_stats_interval_s, tel)
             engine.attach(asyncio.get_running_loop(), tel)
             counts = (exports.span_counts,) if exports.tracer_provider is not None else ()
             if config.otlp_metrics_endpoint and tel.enabled:

@@ -33,7 +33,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from otel_llm import FinishReason
-from otel_llm.pipeline.request import FOLD_HOPS
+from otel_llm.pipeline.request import CLIENT_DISCONNECT, FOLD_HOPS, STAGE_ERROR
 from otel_llm.pipeline.telemetry import PipelineTelemetry
 from otel_llm.server import protocol
 from otel_llm.server.api.errors import OpenAIError
@@ -116,7 +116,7 @@ class PipelineServing:
                     raise c
                 session.received(c)
                 if not started:
-                    preq.stage_started(STAGE_TALKER, replica, c.work_start_ns)
+                    preq.stage_started(STAGE_TALKER, replica, c.work_start_ns, session.queued_ns)
                     started = True
                 if c.final:
                     preq.stage_finished(STAGE_TALKER, replica, c.done_ns)
@@ -132,7 +132,7 @@ class PipelineServing:
         rid, created, model, usage_too = p.request_id, int(time.time()), self.model_name, p.include_usage
         replica = session.replica.name
         audio_id: str | None = new_audio_id()  # on the first audio delta only
-        ended = False
+        failure = CLIENT_DISCONNECT  # until it ends otherwise
         try:
             try:
                 yield sse_event(protocol.chat_chunk(rid, created, model, 0, {"role": "assistant"}, None, usage_too))
@@ -157,22 +157,40 @@ class PipelineServing:
                 if p.timings:
                     tail[-1]["timings"] = outcome.timings
                 yield "".join(sse_event(c) for c in tail)
-                reason = outcome.reason
+                error = None
             except OpenAIError as exc:
                 yield sse_event(exc.body())
-                reason = "error"
+                error = exc
             yield SSE_DONE
-            ended = True
+            failure = None
             _hand_over(preq, session)
-            preq.finish(reason)
+            if error is None:
+                self.tel.stream_completed()
+                self._finish(p, preq, outcome)
+            else:
+                self.tel.stream_aborted("engine_dead" if error.code == "engine_dead" else "error")
+                preq.fail(STAGE_ERROR)
+        except GeneratorExit:  # the response was closed
+            if failure is not None:
+                self.tel.stream_aborted("closed")
+            raise
+        except asyncio.CancelledError:
+            if failure is not None:
+                self.tel.stream_aborted("cancelled")
+            raise
+        except Exception:  # not the client's doing: a failure of this stage
+            if failure is not None:
+                self.tel.stream_aborted("error")
+                failure = STAGE_ERROR
+            raise
         finally:
-            _end(preq, session, forward, ended)
+            _end(preq, session, forward, failure)
 
     async def _collect(self, p, preq, session: TalkerSession, forward: asyncio.Future,
                        outcome: _Outcome) -> Response:
         pcm: list[bytes] = []
         transcript: list[str] = []
-        ended = False
+        failure = CLIENT_DISCONNECT  # until it ends otherwise
         try:
             try:
                 async for chunks in self._speech(session, preq):
@@ -181,21 +199,27 @@ class PipelineServing:
                         transcript.append(c.transcript)
                 await forward
             except OpenAIError:
-                ended = True
+                failure = None
                 _hand_over(preq, session)
-                preq.finish("error")
+                preq.fail(STAGE_ERROR)
                 raise
-            ended = True  # finished by the response once sent
+            failure = None  # finished by the response once sent
             _hand_over(preq, session)
         finally:
-            _end(preq, session, forward, ended)
+            _end(preq, session, forward, failure)
         created, data = int(time.time()), b"".join(pcm)
         body = audio_chat_response(p.request_id, created, self.model_name,
                                    [message_audio(new_audio_id(), data, "".join(transcript), created)],
                                    [outcome.reason], self._usage(p, outcome))
         if p.timings:
             body["timings"] = outcome.timings
-        return _AudioResponse(body, preq, session.replica.name, len(data), outcome.reason)
+        return _AudioResponse(body, lambda: (preq.audio_chunk(STAGE_TALKER, session.replica.name, len(data)),
+                                             self._finish(p, preq, outcome)), preq)
+
+    @staticmethod
+    def _finish(p, preq, outcome: _Outcome) -> None:
+        """The request completed: the engine's finish reason, and the tokens of the client's usage."""
+        preq.finish(outcome.reason, prompt_tokens=len(p.prompt_ids), generation_tokens=outcome.completion_tokens)
 
     @staticmethod
     def _usage(p, outcome: _Outcome) -> dict:
@@ -203,22 +227,20 @@ class PipelineServing:
 
 
 class _AudioResponse(JSONResponse):
-    """A non-streamed audio response: once its body is sent, its PCM is reported as one chunk and the
-    request finishes; a send that fails (the client went away) finishes it as `abort`."""
+    """A non-streamed audio response: once its body is sent, `sent()` reports its PCM and finishes the
+    request; a send that fails (the client went away) fails it as `client_disconnect`."""
 
-    def __init__(self, body: dict, preq, replica: str, pcm_bytes: int, reason: str):
+    def __init__(self, body: dict, sent, preq):
         super().__init__(body)
-        self._finish = (preq, replica, pcm_bytes, reason)
+        self._sent, self._preq = sent, preq
 
     async def __call__(self, scope, receive, send) -> None:
-        preq, replica, pcm_bytes, reason = self._finish
         try:
             await super().__call__(scope, receive, send)
         except BaseException:
-            preq.abort()
+            self._preq.abort()
             raise
-        preq.audio_chunk(STAGE_TALKER, replica, pcm_bytes)
-        preq.finish(reason)
+        self._sent()
 
 
 def _hand_over(preq, session: TalkerSession, at_least: int = 1) -> None:
@@ -230,12 +252,12 @@ def _hand_over(preq, session: TalkerSession, at_least: int = 1) -> None:
         preq.audio_chunks(STAGE_TALKER, session.replica.name, *session.take_audio())
 
 
-def _end(preq, session: TalkerSession, forward: asyncio.Future, ended: bool) -> None:
-    """The response is over: a request not finished yet was aborted by its client; the engine
-    request is aborted if still running (cancelling `forward` closes its batches) and the talker
-    session closed (cancelled if its last chunk had not come)."""
-    if not ended:
-        _hand_over(preq, session)  # those that came before the client went
-        preq.abort()
+def _end(preq, session: TalkerSession, forward: asyncio.Future, failure: str | None) -> None:
+    """The response is over: a request not finished yet fails with `failure` (None: it was finished);
+    the engine request is aborted if still running (cancelling `forward` closes its batches) and the
+    talker session closed (cancelled if its last chunk had not come)."""
+    if failure is not None:
+        _hand_over(preq, session)  # those that came before it ended
+        preq.fail(failure)
     forward.cancel()
     session.close()

@@ -37,6 +37,7 @@ class TalkerReplica:
         self.name = str(index)  # the `replica` label value
         self.backend = backend
         self.active = 0  # sessions open on this replica (event-loop thread only)
+        self.waiting = 0  # ... whose text reached the replica before it started on them (`TalkerSession`)
         self._inbox: queue.Queue[bytes] = queue.Queue()
         self._lock = threading.Lock()
         self._sessions: dict[int, tuple[str, Deliver]] = {}  # session id -> (voice, deliver)

@@ -7,7 +7,9 @@ row (size, tx start, tx end, rx start, rx end), kept until `take_hops` hands the
 (`PipelineRequest.transfers`), and `written` keeps the audio chunks the response wrote, also
 handed over in batches (`take_audio`); with `record_hops=False` (stats off) neither is kept. The
 inbox put itself (a few microseconds) counts as in flight: tx ends before it, so the receiver can
-never start before the sender ended (one monotonic clock, causal order).
+never start before the sender ended (one monotonic clock, causal order). From its first delta's
+put until the replica starts on it (its first chunk) the request waits at the replica: counted in
+the replica's `waiting`, and `queued_ns` is when it began (the stage's in-queue time).
 
 Threads: event-loop thread only (the replica puts into `outputs` with `call_soon_threadsafe`).
 """
@@ -38,6 +40,8 @@ class TalkerSession:
         self._audio_started = False
         self._seq = 0
         self._open = True
+        self._queued = False  # the first delta is at the replica, which has not started on it
+        self.queued_ns = 0  # when the first delta went to the replica
         self.finished = False  # the replica's final chunk came
         put = self.outputs.put_nowait
 
@@ -54,16 +58,27 @@ class TalkerSession:
         seq, self._seq = self._seq, self._seq + 1
         tx_start = time.monotonic_ns() if self._record else 0
         data = TextDelta(self._id, seq, text, FINAL if final else 0).encode()
+        tx_end = time.monotonic_ns()
         if self._record:
-            self._sent[seq] = (tx_start, time.monotonic_ns())
+            self._sent[seq] = (tx_start, tx_end)
+        if not seq:
+            self.queued_ns, self._queued = tx_end, True
+            self.replica.waiting += 1
         self.replica.send(data)
 
     def received(self, chunk: SpeechChunk) -> None:
         """The replica's chunk for one delta came: its hop is complete."""
         self.finished = self.finished or chunk.final
+        self._started()
         if self._record:
             tx_start, tx_end = self._sent.pop(chunk.seq)
             self._hops.extend((chunk.size_bytes, tx_start, tx_end, chunk.rx_start_ns, chunk.rx_end_ns))
+
+    def _started(self) -> None:
+        """The request no longer waits at the replica (it started on it, or the request is over)."""
+        if self._queued:
+            self._queued = False
+            self.replica.waiting -= 1
 
     def written(self, sizes: list[int]) -> bool:
         """Audio chunks of `sizes` PCM bytes went out to the client now (kept until `take_audio`).
@@ -104,6 +119,7 @@ class TalkerSession:
         if not self._open:
             return
         self._open = False
+        self._started()
         self.replica.active -= 1
         if not self.finished:
             self.replica.cancel(self._id)

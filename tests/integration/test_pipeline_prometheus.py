@@ -1,5 +1,5 @@
 """A real Prometheus scrapes a two-stage, two-replica pipeline's `/metrics` (stage `vllm:*` families
-reshaped to stage/replica, plus the `vllm:omni_*` families); promtool lints the exposition."""
+reshaped to stage/replica, plus the `vllm_omni:*` families); promtool lints the exposition."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ MS = 1_000_000
 
 # promtool findings the vLLM / vLLM-Omni names cause, each accepted on purpose:
 ACCEPTED = (
-    "should not contain ':'",  # every vllm:* and vllm:omni_* name (recording-rule syntax, vLLM's choice)
+    "should not contain ':'",  # every vllm:* and vllm_omni:* name (recording-rule syntax, vLLM's choice)
     'vllm:iteration_tokens_total non-counter metrics should not have "_total" suffix',  # vLLM's histogram name
     "metric names should not contain abbreviated units",  # vLLM-Omni's `_s` suffix on its time families
 )
@@ -76,20 +76,22 @@ def test_prometheus_scrapes_the_pipeline_and_promtool_accepts_it(served):
     port = served
     with PrometheusServer(f"127.0.0.1:{port}") as prom:
         prom.wait_for_scrapes(2, timeout_s=30)
-        assert prom.value('vllm:omni_requests_success_total{finished_reason="stop"}') == 3
-        assert prom.value('vllm:omni_requests_success_total{finished_reason="abort"}') == 1
-        assert prom.value("vllm:omni_e2e_request_latency_s_count") == 4
-        assert prom.value("sum(vllm:omni_transfer_size_bytes_count)") == 4
-        assert len(prom.query("vllm:omni_transfer_tx_s_count")) == 2  # two edges: 0/0->1/0, 0/1->1/1
-        assert prom.value("sum(vllm:omni_audio_frames_total)") == 3 * 4800
+        assert prom.value('vllm_omni:requests_success_total{finished_reason="stop"}') == 3
+        assert prom.value('vllm_omni:requests_success_total{finished_reason="abort"}') == 1
+        assert prom.value('vllm_omni:requests_failed_total{reason="client_disconnect"}') == 1
+        assert prom.value("vllm_omni:e2e_request_latency_s_count") == 3  # the completed ones
+        assert prom.value('sum(vllm_omni:stage_gen_time_s_count{stage="0",stage_type="llm"})') == 4
+        assert prom.value("sum(vllm_omni:transfer_size_bytes_count)") == 4
+        assert len(prom.query("vllm_omni:transfer_tx_s_count")) == 2  # two edges: 0/0->1/0, 0/1->1/1
+        assert prom.value("sum(vllm_omni:audio_frames_total)") == 3 * 4800
         assert prom.value('vllm:num_requests_running{stage="1",replica="1"}') == 4
         assert len(prom.query("vllm:num_requests_running")) == 4
         assert prom.query('vllm:num_requests_running{engine!=""}') == []
-        p50 = prom.value("histogram_quantile(0.5, sum by (le) (vllm:omni_transfer_size_bytes_bucket))")
+        p50 = prom.value("histogram_quantile(0.5, sum by (le) (vllm_omni:transfer_size_bytes_bucket))")
         assert 16384 < p50 <= 65536
     for accept in ("", "application/openmetrics-text; version=1.0.0"):
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"accept": accept}).text
         if not accept:
             unexplained = [f for f in promtool_check_metrics(text) if not any(a in f for a in ACCEPTED)]
             assert unexplained == [], unexplained
-        assert "vllm:omni_audio_continuity_ok" in text
+        assert "vllm_omni:audio_continuity_ok" in text

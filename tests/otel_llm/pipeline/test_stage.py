@@ -70,9 +70,9 @@ def test_two_stages_two_replicas_and_the_pipeline_on_one_exposition():
     success = [s for f in families if f.name == "vllm:request_success" for s in f.samples
                if s.labels["finished_reason"] == "length"]
     assert sorted((s.labels["stage"], s.labels["replica"], s.value) for s in success) == [(*sr, 1) for sr in STAGES]
-    assert "vllm:omni_requests_success" in names and "vllm:omni_e2e_request_latency_s" in names
+    assert "vllm_omni:requests_success" in names and "vllm_omni:e2e_request_latency_s" in names
     om = [f.name for f in parse_openmetrics(scrape(app, openmetrics=True))]
-    assert len(om) == len(set(om)) and "vllm:omni_requests_success" in om
+    assert len(om) == len(set(om)) and "vllm_omni:requests_success" in om
 
 
 def test_cache_config_info_carries_stage_and_replica():

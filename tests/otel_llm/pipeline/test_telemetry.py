@@ -53,22 +53,24 @@ def test_requests_finish_by_reason_and_gauges_return_to_zero():
     p, clock = pipeline()
     reasons = ["stop"] * 5 + ["length"] * 2 + ["abort"] * 3
     reqs = [p.arrival(f"r{i}") for i in range(len(reasons))]
-    assert value(p, "vllm:omni_num_requests_waiting") == 10
+    assert value(p, "vllm_omni:num_requests_waiting") == 10
     for r in reqs[:6]:
         r.stage_started("0", "0")
-    assert value(p, "vllm:omni_num_requests_running") == 6 and value(p, "vllm:omni_num_requests_waiting") == 4
+    assert value(p, "vllm_omni:num_requests_running") == 6 and value(p, "vllm_omni:num_requests_waiting") == 4
     clock.t += SECOND
     for r, reason in zip(reqs, reasons):
         if reason == "abort":
             r.abort()  # a client disconnect: 2 of them never started
         else:
             r.finish(reason)
-    assert value(p, "vllm:omni_requests_success_total", finished_reason="stop") == 5
-    assert value(p, "vllm:omni_requests_success_total", finished_reason="length") == 2
-    assert value(p, "vllm:omni_requests_success_total", finished_reason="abort") == 3
-    assert value(p, "vllm:omni_e2e_request_latency_s_count") == 10
-    assert value(p, "vllm:omni_e2e_request_latency_s_sum") == 10.0
-    assert value(p, "vllm:omni_num_requests_running") == 0 and value(p, "vllm:omni_num_requests_waiting") == 0
+    assert value(p, "vllm_omni:requests_success_total", finished_reason="stop") == 5
+    assert value(p, "vllm_omni:requests_success_total", finished_reason="length") == 2
+    assert value(p, "vllm_omni:requests_success_total", finished_reason="abort") == 3
+    assert value(p, "vllm_omni:requests_failed_total", reason="client_disconnect") == 3  # and only those
+    assert value(p, "vllm_omni:e2e_request_latency_s_count") == 7  # the completed ones (as vLLM-Omni)
+    assert value(p, "vllm_omni:e2e_request_latency_s_sum") == 7.0
+    assert value(p, "vllm_omni:request_queue_wait_s_count") == 6  # completed, and a stage had started them
+    assert value(p, "vllm_omni:num_requests_running") == 0 and value(p, "vllm_omni:num_requests_waiting") == 0
 
 
 def test_one_transfer_observation_per_hop_per_edge():
@@ -78,16 +80,16 @@ def test_one_transfer_observation_per_hop_per_edge():
     r.transfer(hop("0", "0", "1", "0", 10 * MS, size=70000))
     r.transfer(hop("0", "1", "1", "1", 20 * MS))
     edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
-    assert value(p, "vllm:omni_transfer_size_bytes_count", **edge) is None  # a request's hops are folded in batches
+    assert value(p, "vllm_omni:transfer_size_bytes_count", **edge) is None  # a request's hops are folded in batches
     r.finish("stop")
     for fam in ("size_bytes", "tx_s", "rx_s", "in_flight_s"):
-        assert value(p, f"vllm:omni_transfer_{fam}_count", **edge) == 2
-        assert value(p, f"vllm:omni_transfer_{fam}_count", **{**edge, "from_replica": "1", "to_replica": "1"}) == 1
-    assert value(p, "vllm:omni_transfer_size_bytes_sum", **edge) == 75000
-    assert value(p, "vllm:omni_transfer_size_bytes_bucket", **edge, le="65536.0") == 1
-    assert value(p, "vllm:omni_transfer_tx_s_sum", **edge) == pytest.approx(0.004)
-    assert value(p, "vllm:omni_transfer_in_flight_s_sum", **edge) == pytest.approx(0.006)
-    assert value(p, "vllm:omni_transfer_rx_s_sum", **edge) == pytest.approx(0.002)
+        assert value(p, f"vllm_omni:transfer_{fam}_count", **edge) == 2
+        assert value(p, f"vllm_omni:transfer_{fam}_count", **{**edge, "from_replica": "1", "to_replica": "1"}) == 1
+    assert value(p, "vllm_omni:transfer_size_bytes_sum", **edge) == 75000
+    assert value(p, "vllm_omni:transfer_size_bytes_bucket", **edge, le="65536.0") == 1
+    assert value(p, "vllm_omni:transfer_tx_s_sum", **edge) == pytest.approx(0.004)
+    assert value(p, "vllm_omni:transfer_in_flight_s_sum", **edge) == pytest.approx(0.006)
+    assert value(p, "vllm_omni:transfer_rx_s_sum", **edge) == pytest.approx(0.002)
 
 
 def test_a_running_request_hands_over_its_hops_in_bounded_batches():
@@ -98,10 +100,10 @@ def test_a_running_request_hands_over_its_hops_in_bounded_batches():
     for i in range(2 * FOLD_HOPS + 3):
         r.transfer(hop("0", "0", "1", "0", i * MS))
     edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
-    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * FOLD_HOPS
+    assert value(p, "vllm_omni:transfer_rx_s_count", **edge) == 2 * FOLD_HOPS
     assert len(r._pending) == 3 and r.hops == []  # no span: the hops are not kept
     r.abort()
-    assert value(p, "vllm:omni_transfer_rx_s_count", **edge) == 2 * FOLD_HOPS + 3
+    assert value(p, "vllm_omni:transfer_rx_s_count", **edge) == 2 * FOLD_HOPS + 3
 
 
 def test_a_sender_hands_over_hops_in_batches_of_rows():
@@ -130,7 +132,7 @@ def test_a_sender_hands_over_hops_in_batches_of_rows():
     def transfer(p):
         return {k: v for k, v in samples(p).items() if "transfer" in k[0]}
 
-    assert value(batched, "vllm:omni_transfer_rx_s_count", **dict(zip(("from_stage", "from_replica", "to_stage",
+    assert value(batched, "vllm_omni:transfer_rx_s_count", **dict(zip(("from_stage", "from_replica", "to_stage",
                                                                        "to_replica"), edge))) == 5
     assert transfer(batched) == pytest.approx(transfer(one))  # every bucket, count and sum of the four families
 
@@ -148,8 +150,8 @@ def test_valid_hops_are_kept_until_a_full_batch_or_a_read():
     r.transfers(edge, np.array([[100, 0, 1, 2, 3]] * 2))
     assert p._num_hops == 0  # a full batch: folded without a read
     r.transfers(edge, np.array([[100, 0, 1, 2, 3]] * 3))
-    assert value(p, "vllm:omni_transfer_size_bytes_count", **labels) == PENDING_HOPS + 4  # a read folds the rest
-    assert value(p, "vllm:omni_transfer_size_bytes_sum", **labels) == 100 * (PENDING_HOPS + 4)
+    assert value(p, "vllm_omni:transfer_size_bytes_count", **labels) == PENDING_HOPS + 4  # a read folds the rest
+    assert value(p, "vllm_omni:transfer_size_bytes_sum", **labels) == 100 * (PENDING_HOPS + 4)
     assert p._num_hops == 0
 
 
@@ -182,16 +184,16 @@ def test_audio_frames_are_the_pcm_samples_and_ttfp_within_e2e():
         clock.t += 10 * MS
         r.finish("stop")
     stage = {"stage": "1", "replica": "0"}
-    assert value(p, "vllm:omni_audio_frames_total", **stage) == total // 2
-    assert value(p, "vllm:omni_audio_ttfp_s_count", **stage) == 3
-    assert value(p, "vllm:omni_audio_duration_s_count", **stage) == 3
-    assert value(p, "vllm:omni_audio_rtf_count", **stage) == 3
-    ttfp = value(p, "vllm:omni_audio_ttfp_s_sum", **stage) / 3
-    e2e = value(p, "vllm:omni_e2e_request_latency_s_sum") / 3
+    assert value(p, "vllm_omni:audio_frames_total", **stage) == total // 2
+    assert value(p, "vllm_omni:audio_ttfp_s_count", **stage) == 3
+    assert value(p, "vllm_omni:audio_duration_s_count", **stage) == 3
+    assert value(p, "vllm_omni:audio_rtf_count", **stage) == 3
+    ttfp = value(p, "vllm_omni:audio_ttfp_s_sum", **stage) / 3
+    e2e = value(p, "vllm_omni:e2e_request_latency_s_sum") / 3
     assert ttfp == pytest.approx(0.225) and ttfp <= e2e
     for t in ("50", "100"):
-        assert value(p, "vllm:omni_audio_continuity_ok_total", **stage, threshold_ms=t) == 3
-    assert value(p, "vllm:omni_audio_underrun_s_count", **stage) == 3
+        assert value(p, "vllm_omni:audio_continuity_ok_total", **stage, threshold_ms=t) == 3
+    assert value(p, "vllm_omni:audio_underrun_s_count", **stage) == 3
 
 
 def test_audio_chunks_at_once_equal_one_by_one():
@@ -208,7 +210,7 @@ def test_audio_chunks_at_once_equal_one_by_one():
     r.finish("stop", gen_time_s=0.2)
     b = batched.arrival("r", audio=True)
     b.audio_chunks("1", "0", array("q", times[:2]), array("q", sizes[:2]))
-    assert value(batched, "vllm:omni_audio_ttfp_s_count", stage="1", replica="0") == 1  # at the first audio
+    assert value(batched, "vllm_omni:audio_ttfp_s_count", stage="1", replica="0") == 1  # at the first audio
     b.audio_chunks("1", "0", [5 * SECOND, times[2], times[2]], [800, -1, sizes[2]])  # before arrival; negative
     assert batched.dropped == 2
     b.audio_chunks("1", "0", times[3:], sizes[3:])
@@ -226,14 +228,14 @@ def test_stall_fails_continuity_and_empty_audio_is_skipped():
         r.audio_chunk("1", "0", 2000)
     r.finish()
     stage = {"stage": "1", "replica": "0"}
-    assert value(p, "vllm:omni_audio_continuity_ok_total", **stage, threshold_ms="100") is None
-    assert value(p, "vllm:omni_audio_continuity_ok_total", **stage, threshold_ms="500") == 1
-    assert value(p, "vllm:omni_audio_underrun_s_sum", **stage) == pytest.approx(0.375)
+    assert value(p, "vllm_omni:audio_continuity_ok_total", **stage, threshold_ms="100") is None
+    assert value(p, "vllm_omni:audio_continuity_ok_total", **stage, threshold_ms="500") == 1
+    assert value(p, "vllm_omni:audio_underrun_s_sum", **stage) == pytest.approx(0.375)
     empty = p.arrival("empty", audio=True)
     empty.stage_started("1", "1")
     empty.finish()
-    assert value(p, "vllm:omni_audio_skipped_requests_total", stage="1", replica="1", reason="no_audio_data") == 1
-    assert value(p, "vllm:omni_audio_frames_total", stage="1", replica="1") is None
+    assert value(p, "vllm_omni:audio_skipped_requests_total", stage="1", replica="1", reason="no_audio_data") == 1
+    assert value(p, "vllm_omni:audio_frames_total", stage="1", replica="1") is None
 
 
 def test_abort_keeps_ttfp_and_skips_the_finalize():
@@ -243,9 +245,9 @@ def test_abort_keeps_ttfp_and_skips_the_finalize():
     r.audio_chunk("1", "0", 2000)
     r.abort()
     r.finish("stop")  # after the finish: dropped
-    assert value(p, "vllm:omni_audio_ttfp_s_count", stage="1", replica="0") == 1
-    assert value(p, "vllm:omni_audio_frames_total", stage="1", replica="0") is None
-    assert value(p, "vllm:omni_requests_success_total", finished_reason="abort") == 1
+    assert value(p, "vllm_omni:audio_ttfp_s_count", stage="1", replica="0") == 1
+    assert value(p, "vllm_omni:audio_frames_total", stage="1", replica="0") is None
+    assert value(p, "vllm_omni:requests_success_total", finished_reason="abort") == 1
     assert p.dropped == 1
 
 
@@ -253,7 +255,7 @@ def test_series_appear_only_once_they_have_data():
     p, _ = pipeline()
     text = p.render().decode()
     assert "audio" not in text and "transfer" not in text and "requests_success" not in text
-    assert "vllm:omni_e2e_request_latency_s_count" in text  # bound at construction, as vLLM-Omni's
+    assert "vllm_omni:e2e_request_latency_s_count" in text  # bound at construction, as vLLM-Omni's
     r = p.arrival("r", audio=True)
     r.stage_started("1", "0")
     r.audio_chunk("1", "0", 2000)
@@ -277,7 +279,7 @@ def test_bad_values_are_dropped_and_counted_never_raised():
     r.finish()
     assert p.dropped == 3 + 4 + 1  # the four bad hops; the audio skip, which has no stage to go on
     text = p.render().decode()
-    assert 'vllm:omni_transfer_size_bytes_count{model_name="tts",from_stage="0",from_replica="0",to_stage="1",' \
+    assert 'vllm_omni:transfer_size_bytes_count{model_name="tts",from_stage="0",from_replica="0",to_stage="1",' \
            'to_replica="0"} 1' in text
 
 
@@ -286,20 +288,21 @@ def test_cardinality_limit_folds_new_edges_into_the_overflow_series():
     for replica in "0123":
         p.observe_transfer(hop("0", replica, "1", "0", 0))
     text = p.render().decode()
-    assert text.count("vllm:omni_transfer_size_bytes_count{") == 3
-    assert 'vllm:omni_transfer_size_bytes_count{otel_metric_overflow="true"} 2' in text
-    assert p.overflowed == {f"vllm:omni_transfer_{f}": 2 for f in ("size_bytes", "tx_s", "rx_s", "in_flight_s")}
+    assert text.count("vllm_omni:transfer_size_bytes_count{") == 3
+    assert 'vllm_omni:transfer_size_bytes_count{otel_metric_overflow="true"} 2' in text
+    assert p.overflowed == {f"vllm_omni:transfer_{f}": 2 for f in ("size_bytes", "tx_s", "rx_s", "in_flight_s")}
 
 
 def test_prefix_option_and_openmetrics():
-    p, _ = pipeline(prefix="vllm_omni:")
+    assert PipelineConfig("m").prefix == "vllm_omni:"  # vLLM-Omni's; the design's first release's is an option
+    p, _ = pipeline(prefix="vllm:omni_")
     r = p.arrival("r")
     r.transfer(hop("0", "0", "1", "0", 0))
     r.finish()
     families = {f.name: f for f in parse_openmetrics(p.render(openmetrics=True).decode() + "# EOF\n")}
-    assert {"vllm_omni:requests_success", "vllm_omni:e2e_request_latency_s", "vllm_omni:transfer_tx_s"} <= set(families)
-    assert families["vllm_omni:requests_success"].type == "counter"
-    assert not any(name.startswith("vllm:") for name in families)
+    assert {"vllm:omni_requests_success", "vllm:omni_e2e_request_latency_s", "vllm:omni_transfer_tx_s"} <= set(families)
+    assert families["vllm:omni_requests_success"].type == "counter"
+    assert not any(name.startswith("vllm_omni:") for name in families)
     with pytest.raises(ValueError, match="prefix"):
         PipelineConfig("m", prefix="omni_")
 
@@ -316,10 +319,10 @@ def test_stats_off_allocates_records_and_renders_nothing():
 
 
 def test_family_table_matches_vllm_omni():
-    assert len(FAMILIES) == 15
+    assert len(FAMILIES) == 24  # each checked against the release in test_released_vllm_omni.py
     p, _ = pipeline()
     names = [p.config.prefix + f.stem for f in FAMILIES]
-    assert "vllm:omni_transfer_in_flight_s" in names and "vllm:omni_audio_continuity_ok" in names
+    assert "vllm_omni:transfer_in_flight_s" in names and "vllm_omni:speech_stream_aborted" in names
 
 
 def test_pipeline_spans_agree_with_the_histograms():
@@ -346,10 +349,10 @@ def test_pipeline_spans_agree_with_the_histograms():
     root = spans["pipeline tts"]
     assert root.context.trace_id == 0x0af7651916cd43dd8448eb211c80319c and root.parent.span_id == 0xb7ad6b7169203331
     assert all(s.parent.span_id == root.context.span_id for s in spans.values() if s is not root)
-    assert (root.end_time - root.start_time) / 1e9 == value(p, "vllm:omni_e2e_request_latency_s_sum")
+    assert (root.end_time - root.start_time) / 1e9 == value(p, "vllm_omni:e2e_request_latency_s_sum")
     assert clock.t - t0 == root.end_time - root.start_time
     tx = spans["transfer 0->1"]
     edge = {"from_stage": "0", "from_replica": "0", "to_stage": "1", "to_replica": "0"}
-    assert (tx.events[1].timestamp - tx.events[0].timestamp) / 1e9 == value(p, "vllm:omni_transfer_in_flight_s_sum",
+    assert (tx.events[1].timestamp - tx.events[0].timestamp) / 1e9 == value(p, "vllm_omni:transfer_in_flight_s_sum",
                                                                             **edge)
     assert spans["stage 0"].attributes["otel_llm.pipeline.replica"] == "0"

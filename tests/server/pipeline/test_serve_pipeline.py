@@ -3,8 +3,11 @@
 What the client received is checked against what `/metrics` counted: requests by finish reason
 (pipeline and stage 0), one transfer hop per engine output (one token each: the completion tokens
 the client was told about) with the bytes it carried, audio frames (the PCM samples the client
-decoded), TTFP and e2e; a closed stream counts as `abort`; the pipeline's span tree hangs under
-the client's `traceparent`; stats off leaves no pipeline or stage family on `/metrics`."""
+decoded), TTFP and e2e, tokens (the client's usage), queue wait, each stage's generation time,
+the talker's in-queue time and every stage's waiting requests, completed speech streams; a closed
+stream counts as `abort`, a `client_disconnect` failure and an aborted speech stream; the
+pipeline's span tree hangs under the client's `traceparent`; stats off leaves no pipeline or stage
+family on `/metrics`."""
 
 from __future__ import annotations
 
@@ -40,14 +43,14 @@ def client(server):
         yield c
 
 
-def _streamed(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, str]:
-    """(PCM, transcript, completion tokens, finish reason) of a streamed audio request."""
-    pcm, transcript, reason, tokens = [], [], None, None
+def _streamed(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, str, int]:
+    """(PCM, transcript, completion tokens, finish reason, prompt tokens) of a streamed audio request."""
+    pcm, transcript, reason, tokens, prompt_tokens = [], [], None, None, None
     for chunk in client.chat.completions.create(
             model="dummy", messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, stream=True,
             stream_options={"include_usage": True}, extra_body={"ignore_eos": True, **AUDIO}):
         if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
+            tokens, prompt_tokens = chunk.usage.completion_tokens, chunk.usage.prompt_tokens
         if not chunk.choices:
             continue
         audio = getattr(chunk.choices[0].delta, "audio", None)
@@ -55,32 +58,40 @@ def _streamed(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, st
             pcm.append(base64.b64decode(audio.data or ""))
             transcript.append(audio.transcript or "")
         reason = chunk.choices[0].finish_reason or reason
-    return b"".join(pcm), "".join(transcript), tokens, reason
+    return b"".join(pcm), "".join(transcript), tokens, reason, prompt_tokens
 
 
-def _whole(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, str]:
+def _whole(client, prompt: str, max_tokens: int) -> tuple[bytes, str, int, str, int]:
     r = client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": prompt}],
                                        max_tokens=max_tokens, extra_body={"ignore_eos": True, **AUDIO})
     choice = r.choices[0]
     assert choice.message.content is None
     return (base64.b64decode(choice.message.audio.data), choice.message.audio.transcript, r.usage.completion_tokens,
-            choice.finish_reason)
+            choice.finish_reason, r.usage.prompt_tokens)
 
 
 def _totals(metrics: dict) -> dict:
     return {
-        "success": sample(metrics, "vllm:omni_requests_success_total", finished_reason="length"),
+        "success": sample(metrics, "vllm_omni:requests_success_total", finished_reason="length"),
         "stage0": sample(metrics, "vllm:request_success_total", finished_reason="length", **STAGE0),
-        "hops": sample(metrics, "vllm:omni_transfer_size_bytes_count", from_stage="0", to_stage="1"),
-        "hop_bytes": sample(metrics, "vllm:omni_transfer_size_bytes_sum", from_stage="0", to_stage="1"),
-        "tx": sample(metrics, "vllm:omni_transfer_tx_s_count"),
-        "rx": sample(metrics, "vllm:omni_transfer_rx_s_count"),
-        "in_flight": sample(metrics, "vllm:omni_transfer_in_flight_s_count"),
-        "frames": sample(metrics, "vllm:omni_audio_frames_total", stage="1"),
-        "ttfp_count": sample(metrics, "vllm:omni_audio_ttfp_s_count"),
-        "ttfp_sum": sample(metrics, "vllm:omni_audio_ttfp_s_sum"),
-        "e2e_count": sample(metrics, "vllm:omni_e2e_request_latency_s_count"),
-        "e2e_sum": sample(metrics, "vllm:omni_e2e_request_latency_s_sum"),
+        "hops": sample(metrics, "vllm_omni:transfer_size_bytes_count", from_stage="0", to_stage="1"),
+        "hop_bytes": sample(metrics, "vllm_omni:transfer_size_bytes_sum", from_stage="0", to_stage="1"),
+        "tx": sample(metrics, "vllm_omni:transfer_tx_s_count"),
+        "rx": sample(metrics, "vllm_omni:transfer_rx_s_count"),
+        "in_flight": sample(metrics, "vllm_omni:transfer_in_flight_s_count"),
+        "frames": sample(metrics, "vllm_omni:audio_frames_total", stage="1"),
+        "ttfp_count": sample(metrics, "vllm_omni:audio_ttfp_s_count"),
+        "ttfp_sum": sample(metrics, "vllm_omni:audio_ttfp_s_sum"),
+        "e2e_count": sample(metrics, "vllm_omni:e2e_request_latency_s_count"),
+        "e2e_sum": sample(metrics, "vllm_omni:e2e_request_latency_s_sum"),
+        "prompt_tokens": sample(metrics, "vllm_omni:prompt_tokens_total"),
+        "generation_tokens": sample(metrics, "vllm_omni:generation_tokens_total"),
+        "queue_wait": sample(metrics, "vllm_omni:request_queue_wait_s_count"),
+        "gen_time0": sample(metrics, "vllm_omni:stage_gen_time_s_count", stage="0", stage_type="llm"),
+        "gen_time1": sample(metrics, "vllm_omni:stage_gen_time_s_count", stage="1", stage_type="llm"),
+        "in_queue1": sample(metrics, "vllm_omni:stage_in_queue_s_count", stage="1"),
+        "streams": sample(metrics, "vllm_omni:speech_stream_completed_total"),
+        "failed": sample(metrics, "vllm_omni:requests_failed_total"),
     }
 
 
@@ -117,12 +128,17 @@ def test_metrics_count_exactly_what_the_client_received(server, client):
     assert all(r[0] for r in results)
     assert delta["ttfp_count"] == 6 and delta["e2e_count"] == 6
     assert 0 < delta["ttfp_sum"] <= delta["e2e_sum"]
+    assert delta["prompt_tokens"] == sum(r[4] for r in results) and delta["generation_tokens"] == tokens
+    assert delta["queue_wait"] == delta["gen_time0"] == delta["gen_time1"] == delta["in_queue1"] == 6
+    assert delta["streams"] == 3 and delta["failed"] == 0  # the streamed half
     metrics = server.metrics()
     for replica in ("0", "1"):  # sequential requests alternate between the idle replicas
-        assert sample(metrics, "vllm:omni_audio_frames_total", stage="1", replica=replica) > 0
-    assert sample(metrics, "vllm:omni_num_requests_running") == 0
-    assert sample(metrics, "vllm:omni_num_requests_waiting") == 0
-    assert sample(metrics, "vllm:omni_audio_skipped_requests_total") == 0
+        assert sample(metrics, "vllm_omni:audio_frames_total", stage="1", replica=replica) > 0
+    assert sample(metrics, "vllm_omni:num_requests_running") == 0
+    assert sample(metrics, "vllm_omni:num_requests_waiting") == 0
+    assert sample(metrics, "vllm_omni:audio_skipped_requests_total") == 0
+    waiting = {dict(k)["stage"]: v for k, v in metrics["vllm_omni:stage_waiting_requests"].items()}
+    assert waiting == {"0": 0, "1": 0}  # the engine's scheduler, the talker replicas: nothing waits now
 
 
 @pytest.mark.slow
@@ -139,9 +155,16 @@ def test_closing_the_stream_counts_as_abort(server, client):
         return sample(server.metrics(), name, finished_reason="abort", **labels) - sample(before, name,
                                                                                           finished_reason="abort",
                                                                                           **labels)
-    assert wait_until(lambda: counted("vllm:omni_requests_success_total") == 1)
+    assert wait_until(lambda: counted("vllm_omni:requests_success_total") == 1)
     assert wait_until(lambda: counted("vllm:request_success_total", **STAGE0) == 1)  # the engine aborted it
-    assert wait_until(lambda: sample(server.metrics(), "vllm:omni_num_requests_running") == 0)
+    after = server.metrics()
+    for name in ("vllm_omni:requests_failed_total", "vllm_omni:speech_stream_aborted_total"):
+        assert sample(after, name) - sample(before, name) == 1, name
+    assert sample(after, "vllm_omni:requests_failed_total", reason="client_disconnect") == sample(
+        before, "vllm_omni:requests_failed_total", reason="client_disconnect") + 1
+    assert sample(after, "vllm_omni:speech_stream_completed_total") == sample(
+        before, "vllm_omni:speech_stream_completed_total")
+    assert wait_until(lambda: sample(server.metrics(), "vllm_omni:num_requests_running") == 0)
     assert server.health().json()["in_flight"] == 0
 
 
@@ -166,9 +189,10 @@ def test_text_only_requests_are_served_as_by_serve(server, client):
 def test_metrics_pass_promtool(server, client):
     _whole(client, "lint", 3)
     text = httpx.get(f"{server.url}/metrics", timeout=10).text
-    assert "vllm:omni_transfer_in_flight_s_bucket" in text and 'stage="0",replica="0"' in text
+    assert "vllm_omni:transfer_in_flight_s_bucket" in text and 'stage="0",replica="0"' in text
     findings = promtool_check_metrics(text)  # it parses all of it (else PromtoolError) ...
-    assert [f for f in findings if not f.startswith("vllm:")] == []  # ... and lints only vLLM(-Omni)'s own names
+    own = ("vllm:", "vllm_omni:")  # ... and lints only vLLM(-Omni)'s own names
+    assert [f for f in findings if not f.startswith(own)] == []
 
 
 @pytest.mark.slow
@@ -204,20 +228,20 @@ def test_stats_off_serves_audio_without_pipeline_or_stage_families():
     srv = ServerProcess("--disable-log-stats", command="serve-pipeline").start()
     try:
         with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", max_retries=0, timeout=60) as c:
-            pcm, transcript, tokens, reason = _streamed(c, "quiet", 5)
+            pcm, transcript, tokens, reason, _ = _streamed(c, "quiet", 5)
         assert pcm and tokens == 5 and reason == "length"
         text = httpx.get(f"{srv.url}/metrics", timeout=10).text
-        assert "vllm:omni_" not in text and "vllm:" not in text and 'stage="' not in text
+        assert "vllm_omni:" not in text and "vllm:" not in text and 'stage="' not in text
     finally:
         srv.stop()
 
 
 def test_cli_flags():
     args = build_parser().parse_args(["serve-pipeline", "--model", "dummy", "--talker-replicas", "3",
-                                      "--omni-metrics-prefix", "vllm_omni:", "--disable-log-stats"])
+                                      "--omni-metrics-prefix", "vllm:omni_", "--disable-log-stats"])
     assert not config_from_args(args).engine.log_stats
     pipeline = pipeline_config_from_args(args)
-    assert pipeline == PipelineServerConfig(3, "tone", "vllm_omni:")
+    assert pipeline == PipelineServerConfig(3, "tone", "vllm:omni_")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve-pipeline", "--talker-backend", "piper"])
 
@@ -230,3 +254,34 @@ def test_the_periodic_log_has_a_line_per_stage_and_transfer_edge(server, client)
     assert lines and "Hops: " in lines[-1] and "Avg in-flight: " in lines[-1]
     out = server.output()
     assert "Pipeline dummy: Finished: " in out and "Audio 1:" in out
+
+
+@pytest.mark.slow
+def test_every_family_served_under_load_is_the_released_vllm_omnis(server, client):
+    """A `serve-pipeline` run under load (concurrent streamed and whole requests, a stream the client
+    closes): each `vllm_omni:` family on `/metrics` has vLLM-Omni 0.30's type, HELP, labels and buckets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.otel_llm.pipeline.released_omni import families
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: (_streamed if i % 2 else _whole)(client, f"load {i}", 4 + i % 5), range(16)))
+    stream = client.chat.completions.create(model="dummy", messages=[{"role": "user", "content": "cut"}],
+                                            max_tokens=2000, stream=True, extra_body={"ignore_eos": True, **AUDIO})
+    next(c for c in stream if c.choices and getattr(c.choices[0].delta, "audio", None))
+    stream.close()
+    assert wait_until(lambda: sample(server.metrics(), "vllm_omni:requests_failed_total") > 0)
+    released = families()
+    served = [f for f in text_string_to_metric_families(httpx.get(f"{server.url}/metrics", timeout=10).text)
+              if f.name.startswith("vllm_omni:")]
+    assert len(served) >= 22  # all 24 but the skipped-audio counter and, maybe, the stream aborts
+    for fam in served:
+        theirs = released[fam.name]
+        assert (fam.type, fam.documentation) == (theirs.kind, theirs.help), fam.name
+        labels = {tuple(sorted(set(s.labels) - {"le"})) for s in fam.samples}
+        assert labels == {tuple(sorted(theirs.labels))}, fam.name
+        if fam.type == "histogram":
+            bounds = [float(s.labels["le"]) for s in fam.samples if s.name.endswith("_bucket")]
+            assert tuple(sorted(set(bounds)))[:-1] == theirs.buckets, fam.name  # +Inf last

@@ -102,6 +102,23 @@ async def test_placement_is_least_loaded_then_round_robin(talker):
     assert names in (["0", "1", "0", "1"], ["1", "0", "1", "0"])
 
 
+async def test_a_request_waits_at_its_replica_from_its_first_text_to_its_first_chunk(talker):
+    loop = asyncio.get_running_loop()
+    a, b = TalkerSession(talker, "alloy", loop), TalkerSession(talker, "alloy", loop)
+    assert a.replica is not b.replica and a.replica.waiting == b.replica.waiting == 0  # opened: no text yet
+    a.send("one", final=False)
+    a.send("two", final=True)
+    b.send("x", final=False)
+    assert (a.replica.waiting, b.replica.waiting) == (1, 1) and a.queued_ns > 0  # a request, not its deltas
+    first = await asyncio.wait_for(a.outputs.get(), 10)
+    a.received(first)
+    assert a.replica.waiting == 0 and first.work_start_ns >= a.queued_ns  # the stage's in-queue time
+    b.close()  # over before the replica started on it: it no longer waits there
+    assert b.replica.waiting == 0
+    a.close()
+    assert a.replica.waiting == 0
+
+
 async def test_a_cancelled_session_gets_nothing_more(talker):
     loop = asyncio.get_running_loop()
     session = TalkerSession(talker, "alloy", loop)
@@ -119,7 +136,7 @@ async def test_a_cancelled_session_gets_nothing_more(talker):
 
 
 def test_pipeline_config_names_the_bad_value():
-    assert PipelineServerConfig() == PipelineServerConfig(2, "tone", "vllm:omni_")
+    assert PipelineServerConfig() == PipelineServerConfig(2, "tone", "vllm_omni:")
     with pytest.raises(ValueError, match=r"--talker-replicas 0"):
         PipelineServerConfig(talker_replicas=0)
     with pytest.raises(ValueError, match=r"--talker-backend 'piper'"):
