@@ -11,7 +11,9 @@ Metrics pipeline: `otlp` -> `memory_limiter` -> [`filter`: canonical instruments
 out] -> [`transform`: what `metricstransform` cannot express: attribute values a profile's value map
 drops, the cache config's per-key labels] -> `metricstransform`: per family, the canonical name ->
 the final Prometheus name, unexposed attributes summed away (`aggregate_labels`), the rest renamed
-to the profile's labels -> `batch` -> `prometheus` (scrape) and one `prometheusremotewrite` per URL.
+to the profile's labels, and each pipeline instrument (`otel_llm.pipeline.families`) -> its
+vLLM-Omni family (`vllm_omni:`; under `otel`, its OTel name) with its labels -> `batch` ->
+`prometheus` (scrape) and one `prometheusremotewrite` per URL.
 Both exporters use `translation_strategy: UnderscoreEscapingWithoutSuffixes`, the one suffix-free
 strategy remote-write 1.0 accepts, so vLLM's colons survive and nothing is appended: the renames
 already produce the final names (counters with `_total`, histograms as vLLM names them). `job`,
@@ -46,7 +48,10 @@ from otel_llm.collector.otelcol.traces import header_lines as _traces_header
 from otel_llm.collector.otelcol.traces import traces_part
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
+from otel_llm.pipeline.families import FAMILIES as PIPELINE_FAMILIES
+from otel_llm.pipeline.families import PREFIXES, PipelineFamily
 from otel_llm.shim.profile import Profile, ProfileFamily
+from otel_llm.shim.prometheus_naming import label_name, metric_name
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
 PROFILES = ("vllm", "otel")  # the profiles whose every family is a rename (see the module docstring)
@@ -121,6 +126,16 @@ def _transform(profile: Profile, fam: ProfileFamily) -> dict:
             "operations": ops}
 
 
+def _pipeline_transform(profile: Profile, fam: PipelineFamily) -> dict:
+    """A pipeline instrument -> its vLLM-Omni family and labels (profile `otel`: its OTel Prometheus name)."""
+    otel = profile.name == "otel"
+    name = metric_name(fam.otel, fam.unit, fam.kind) if otel else PREFIXES[0] + fam.stem
+    ops = [op for attr, label in zip(fam.attributes, fam.labels) for op in _rename(attr, label_name(attr) if otel
+                                                                                   else label)]
+    return {"include": fam.otel, "match_type": "strict", "action": "update",
+            "new_name": name + "_total" if fam.kind is Kind.COUNTER else name, "operations": ops}
+
+
 def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0.0.0:4317",
                    otlp_http_endpoint: str = "0.0.0.0:4318", prometheus_endpoint: str = "0.0.0.0:9464",
                    remote_write_urls: Sequence[str] = (), traces_to: Sequence[str] = (),
@@ -167,7 +182,8 @@ def otelcol_config(profile_name: str = "vllm", *, otlp_grpc_endpoint: str = "0.0
         processors[f"transform/{profile.name}"] = {
             "error_mode": "ignore", "metric_statements": [{"context": "datapoint", "statements": statements}]}
         metric_processors.append(f"transform/{profile.name}")
-    processors[f"metricstransform/{profile.name}"] = {"transforms": [_transform(profile, f) for f in profile.families]}
+    processors[f"metricstransform/{profile.name}"] = {"transforms": [_transform(profile, f) for f in profile.families]
+                                                      + [_pipeline_transform(profile, f) for f in PIPELINE_FAMILIES]}
     metric_processors += [f"metricstransform/{profile.name}", "batch"]
     processors["batch"] = {}
 

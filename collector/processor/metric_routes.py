@@ -19,6 +19,10 @@ server's own `/metrics?compat=NAME` does:
   only where speculative decoding is in use), for whatever draft positions
   arrive. `otel_llm.lora.requests` keeps its adapter attribute as a label, as
   the server's renderer does; the store's cardinality limit bounds it.
+- a pipeline's instrument (`otel_llm.pipeline.families`: vLLM-Omni's families as OTel
+  instruments) becomes its vLLM-Omni family (`vllm_omni:` and its labels) or, under the `otel`
+  profile, the OTel Prometheus translation of its name and attributes, as the server's own
+  `/metrics` writes it either way;
 - a metric the scrape receiver read under its own Prometheus name (scope
   `otel_llm.collector.scrape`) keeps that name and its labels, verbatim;
 - any other metric keeps its own name, translated by the OTel specification's
@@ -50,6 +54,7 @@ from otel_llm.canonical.instruments import (
 )
 from otel_llm.collector.pdata import metrics_wire as wire
 from otel_llm.export.exposition import cache_value, series_groups
+from otel_llm.pipeline.families import BY_OTEL, PREFIXES, PipelineFamily
 from otel_llm.shim.profile import Profile, ProfileFamily
 from otel_llm.shim.profiles import get_profile
 from otel_llm.shim.prometheus_naming import label_name, metric_name
@@ -151,6 +156,7 @@ class Route:
     instrument: Instrument | None = None
     scope_pairs: tuple[tuple[str, str], ...] = field(default=())
     empty: tuple[Pairs, ...] = ()  # the profile's pre-created series of the family: labels after the base
+    rename: tuple[tuple[str, str], ...] = ()  # a pipeline family's (attribute, label) pairs, its labels in order
 
     @property
     def counter_suffix(self) -> str:
@@ -171,6 +177,11 @@ class Route:
 
     def labels(self, key_values, resource: ResourceInfo) -> Placement:
         attrs = {kv.key: attribute_text(kv.value) for kv in key_values}
+        if self.rename:
+            if attrs.get(OVERFLOW_ATTRIBUTE) == "true":
+                return Placement(self.overflow_labels(resource))
+            own = tuple((label, attrs.get(attr, "")) for attr, label in self.rename)
+            return Placement(_exported(own, resource.pairs) + resource.pairs)
         if self.profile is None:
             pairs = _exported(_merged(attrs.items()), self.scope_pairs + resource.pairs)
             return Placement(pairs + self.scope_pairs + resource.pairs)
@@ -229,12 +240,21 @@ class Router:
         inst = self._instruments.get(metric.name)
         if inst is not None and inst.kind is prom_kind:
             return tuple(self._profile_route(inst, fam) for fam in self._families.get(inst.name, ()))
+        pipeline = BY_OTEL.get(metric.name)
+        if pipeline is not None and pipeline.kind is prom_kind:
+            return (self._pipeline_route(pipeline),)
         s = wire.decode_scope(scope)
         if s.name == SCRAPE_SCOPE:  # scraped under its own Prometheus name: kept verbatim
             return (Route(metric.name, prom_kind, metric.description, None),)
         scope_pairs = tuple((k, v) for k, v in (("otel_scope_name", s.name), ("otel_scope_version", s.version)) if v)
         return (Route(metric_name(metric.name, metric.unit, prom_kind), prom_kind, metric.description, None,
                       scope_pairs=scope_pairs),)
+
+    def _pipeline_route(self, fam: PipelineFamily) -> Route:
+        if self.profile.name == "otel":
+            return Route(metric_name(fam.otel, fam.unit, fam.kind), fam.kind, fam.help, None,
+                         rename=tuple((a, label_name(a)) for a in fam.attributes))
+        return Route(PREFIXES[0] + fam.stem, fam.kind, fam.help, None, rename=tuple(zip(fam.attributes, fam.labels)))
 
     def _profile_route(self, inst: Instrument, fam: ProfileFamily) -> Route:
         # The series a server pre-creates (emit_empty), except where it depends on what the collector

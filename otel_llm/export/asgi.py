@@ -34,9 +34,10 @@ def _compat(query: bytes, default: str) -> str:
 
 
 def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Iterable[SelfFamily]] | None = None,
-                     extra: Callable[[bool], bytes] | None = None):
+                     extra: Callable[[bool, str], bytes] | None = None):
     """`own`: more families (e.g. `export_counts.exporter_families`), rendered after the telemetries'.
-    `extra(openmetrics)`: rendered families appended last, in the served format, without `# EOF`."""
+    `extra(openmetrics, compat)`: rendered families appended last, in the served format and the scrape's
+    profile, without `# EOF`."""
     max_len = max((t.config.max_model_len for t in telemetries), default=8192)
     config = telemetries[0].config if telemetries else None
 
@@ -59,7 +60,7 @@ def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Itera
             body = renderer.render(sources, openmetrics, families)
         if extra is not None:  # its families go before the one OpenMetrics `# EOF`
             eof = b"# EOF\n" if openmetrics else b""
-            body = body.removesuffix(eof) + extra(openmetrics) + eof
+            body = body.removesuffix(eof) + extra(openmetrics, compat) + eof
         return body, openmetrics
 
     async def app(scope, receive, send):

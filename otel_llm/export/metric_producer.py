@@ -185,8 +185,10 @@ def _lora_requests(own, over, loras: dict[int, LoraSnapshot | None], now: int) -
     return Metric(LORA_REQUESTS, inst.description, inst.unit, Sum(points, _CUMULATIVE, True))
 
 
-def to_metrics_data(telemetries, resource: Resource | None = None, limits: ReaderLimits | None = None) -> MetricsData:
-    """The Telemetries' metrics, bounded by `limits` (a reader's; default: a fresh one)."""
+def to_metrics_data(telemetries, resource: Resource | None = None, limits: ReaderLimits | None = None,
+                    producers=()) -> MetricsData:
+    """The Telemetries' metrics, bounded by `limits` (a reader's; default: a fresh one), then those of
+    `producers` (callables returning OTel `Metric`s of the same scope, e.g. `PipelineTelemetry.to_metrics`)."""
     tels = [t for t in telemetries if t.enabled]
     limits = limits or ReaderLimits()
     if limits.bases is None:
@@ -217,6 +219,8 @@ def to_metrics_data(telemetries, resource: Resource | None = None, limits: Reade
     points = [NumberDataPoint({"metric": name}, start, now, float(v)) for name, v in sorted(measured.items()) if v]
     if points:
         metrics.append(Metric(OVERFLOW_INSTRUMENT, OVERFLOW_HELP, "{measurement}", Sum(points, _CUMULATIVE, True)))
+    for produce in producers:
+        metrics += produce()
     return MetricsData([ResourceMetrics(resource or Resource.create({}), [ScopeMetrics(_SCOPE, metrics, "")], "")])
 
 
@@ -259,9 +263,10 @@ class DeltaState:
                                   p.exemplars)
 
 
-def attach_reader(reader, telemetries, resource: Resource | None = None, temporality: str = "cumulative") -> None:
+def attach_reader(reader, telemetries, resource: Resource | None = None, temporality: str = "cumulative",
+                  producers=()) -> None:
     """Install the collect callback on `reader` (see module docstring). `temporality`: one of TEMPORALITIES
-    (lowmemory, as in the OTel SDK, is delta for counters and histograms)."""
+    (lowmemory, as in the OTel SDK, is delta for counters and histograms); `producers`: see `to_metrics_data`."""
     if temporality not in TEMPORALITIES:
         raise ValueError(f"temporality must be one of {TEMPORALITIES}, got {temporality!r}")
     provider_collect = reader._collect if getattr(reader, "_collect", None) is not None else None
@@ -269,7 +274,7 @@ def attach_reader(reader, telemetries, resource: Resource | None = None, tempora
     limits = ReaderLimits()
 
     def collect(r, timeout_millis: float = 10_000) -> MetricsData:
-        ours = to_metrics_data(telemetries, resource, limits)
+        ours = to_metrics_data(telemetries, resource, limits, producers)
         if delta is not None:
             ours = delta.apply(ours)
         if provider_collect is None:

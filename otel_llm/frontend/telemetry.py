@@ -300,11 +300,11 @@ class Telemetry:
             self._fold()
             return self.triton.model_stat(self.table)
 
-    def attach_reader(self, reader, resource=None) -> None:
-        """Make a standard OTel MetricReader (OTLP periodic, in-memory, ...) collect this Telemetry;
-        `resource` (an SDK Resource) describes the process (service.name, service.instance.id)."""
+    def attach_reader(self, reader, resource=None, producers=()) -> None:
+        """Make a standard OTel MetricReader (OTLP periodic, in-memory, ...) collect this Telemetry (and `producers`'
+        metrics: `metric_producer.to_metrics_data`); `resource` (an SDK Resource) describes the process."""
         from otel_llm.export.metric_producer import attach_reader
-        attach_reader(reader, [self], resource)
+        attach_reader(reader, [self], resource, producers=producers)
 
     def shutdown(self) -> None:
         if not self.enabled:

@@ -9,6 +9,10 @@ KV-connector and device-memory families have no source in a speech pipeline and 
 Names here are stems; the exposed name is `prefix + stem` (`vllm_omni:` by default, what
 vLLM-Omni writes; `vllm:omni_` for its design's first release). Counters are named without
 `_total`, which their samples take (as prometheus_client writes them).
+
+Each family is also an OTel instrument (`otel`, `unit`: its OTLP metric, and its name under the
+`otel` profile) whose attributes are the labels' `ATTRIBUTES`; a collector turns them back into
+vLLM-Omni's names and labels (`otel_names` / `omni_names` go both ways).
 """
 
 from __future__ import annotations
@@ -41,12 +45,38 @@ STREAM_ABORT_REASONS = ("cancelled", "closed", "engine_dead", "error")
 STAGE_TYPES = ("llm", "diffusion")
 
 
+# The OTel attribute of each label (the same as on the pipeline's spans)
+ATTRIBUTES = {
+    "model_name": "gen_ai.request.model", "finished_reason": "otel_llm.finish_reason",
+    "stage": "otel_llm.pipeline.stage", "replica": "otel_llm.pipeline.replica",
+    "stage_type": "otel_llm.pipeline.stage_type", "reason": "otel_llm.pipeline.reason",
+    "threshold_ms": "otel_llm.pipeline.audio.threshold_ms",
+    "from_stage": "otel_llm.pipeline.from_stage", "from_replica": "otel_llm.pipeline.from_replica",
+    "to_stage": "otel_llm.pipeline.to_stage", "to_replica": "otel_llm.pipeline.to_replica",
+}
+
+
 class PipelineFamily(NamedTuple):
     stem: str
     kind: Kind
     help: str
     labels: tuple[str, ...]
     buckets: tuple[float, ...] = ()
+
+    @property
+    def otel(self) -> str:
+        """Its OTel instrument's name."""
+        return _OTEL[self.stem][0]
+
+    @property
+    def unit(self) -> str:
+        """Its OTel instrument's UCUM unit."""
+        return _OTEL[self.stem][1]
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """Its labels' OTel attributes, in order."""
+        return tuple(ATTRIBUTES[label] for label in self.labels)
 
 
 RUNNING = PipelineFamily("num_requests_running", Kind.GAUGE,
@@ -130,3 +160,31 @@ FAMILIES = (RUNNING, WAITING, SUCCESS, E2E, PROMPT_TOKENS, GENERATION_TOKENS, QU
             STAGE_GEN_TIME, STAGE_IN_QUEUE, STAGE_WAITING, STREAM_COMPLETED, STREAM_ABORTED,
             AUDIO_TTFP, AUDIO_DURATION, AUDIO_RTF, AUDIO_FRAMES, AUDIO_UNDERRUN, AUDIO_CONTINUITY_OK, AUDIO_SKIPPED,
             TRANSFER_SIZE, TRANSFER_TX, TRANSFER_RX, TRANSFER_IN_FLIGHT)
+
+_OTEL = {  # stem -> (OTel instrument, unit)
+    "num_requests_running": ("otel_llm.pipeline.requests.running", "{request}"),
+    "num_requests_waiting": ("otel_llm.pipeline.requests.waiting", "{request}"),
+    "requests_success": ("otel_llm.pipeline.requests.finished", "{request}"),
+    "e2e_request_latency_s": ("otel_llm.pipeline.request.duration", "s"),
+    "prompt_tokens": ("otel_llm.pipeline.tokens.prompt", "{token}"),
+    "generation_tokens": ("otel_llm.pipeline.tokens.generation", "{token}"),
+    "request_queue_wait_s": ("otel_llm.pipeline.request.queue_time", "s"),
+    "requests_failed": ("otel_llm.pipeline.requests.failed", "{request}"),
+    "stage_gen_time_s": ("otel_llm.pipeline.stage.generation_time", "s"),
+    "stage_in_queue_s": ("otel_llm.pipeline.stage.queue_time", "s"),
+    "stage_waiting_requests": ("otel_llm.pipeline.stage.waiting", "{request}"),
+    "speech_stream_completed": ("otel_llm.pipeline.speech_streams.completed", "{stream}"),
+    "speech_stream_aborted": ("otel_llm.pipeline.speech_streams.aborted", "{stream}"),
+    "audio_ttfp_s": ("otel_llm.pipeline.audio.time_to_first_packet", "s"),
+    "audio_duration_s": ("otel_llm.pipeline.audio.duration", "s"),
+    "audio_rtf": ("otel_llm.pipeline.audio.real_time_factor", "1"),
+    "audio_frames": ("otel_llm.pipeline.audio.frames", "{frame}"),
+    "audio_underrun_s": ("otel_llm.pipeline.audio.underrun", "s"),
+    "audio_continuity_ok": ("otel_llm.pipeline.audio.continuity_ok", "{request}"),
+    "audio_skipped_requests": ("otel_llm.pipeline.audio.skipped", "{request}"),
+    "transfer_size_bytes": ("otel_llm.pipeline.transfer.size", "By"),
+    "transfer_tx_s": ("otel_llm.pipeline.transfer.tx_time", "s"),
+    "transfer_rx_s": ("otel_llm.pipeline.transfer.rx_time", "s"),
+    "transfer_in_flight_s": ("otel_llm.pipeline.transfer.in_flight_time", "s"),
+}
+BY_OTEL = {f.otel: f for f in FAMILIES}  # OTel instrument name -> family

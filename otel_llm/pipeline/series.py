@@ -21,7 +21,10 @@ import numpy as np
 from otel_llm.canonical.cardinality import OVERFLOW, OVERFLOW_LABEL, CardinalityLimiter
 from otel_llm.canonical.instruments import Kind
 from otel_llm.export.exposition import family_header, format_value, label_text
-from otel_llm.pipeline.families import PipelineFamily
+from otel_llm.pipeline.families import ATTRIBUTES, PipelineFamily
+from otel_llm.shim.prometheus_naming import label_name, metric_name
+
+_OTEL_LABELS = {label: label_name(attr) for label, attr in ATTRIBUTES.items()}  # vLLM-Omni's label -> otel's
 
 
 class SeriesSnapshot(NamedTuple):
@@ -87,15 +90,20 @@ class SeriesSet:
         return SeriesSnapshot(self.name, self.family, tuple(rows))
 
 
-def series_lines(lines: list[str], snap: SeriesSnapshot, openmetrics: bool) -> None:
-    """The family in text format 0.0.4 or OpenMetrics (no `# EOF`); nothing when it has no series."""
+def series_lines(lines: list[str], snap: SeriesSnapshot, openmetrics: bool, otel: bool = False) -> None:
+    """The family in text format 0.0.4 or OpenMetrics (no `# EOF`); nothing when it has no series.
+    `otel`: under its OTel instrument's name and attributes, as the OTel Prometheus rules write them."""
     if not snap.rows:
         return
     fam, name = snap.family, snap.name
+    rows = snap.rows
+    if otel:
+        name = metric_name(fam.otel, fam.unit, fam.kind)
+        rows = [(tuple((_OTEL_LABELS.get(k, k), v) for k, v in pairs), value) for pairs, value in rows]
     family_header(lines, name, fam.kind, fam.help, openmetrics)
     if fam.kind is Kind.HISTOGRAM:
         bounds = [format_value(b) for b in fam.buckets] + ["+Inf"]
-        for pairs, (counts, total) in snap.rows:
+        for pairs, (counts, total) in rows:
             lab = label_text(pairs)
             sep = "," if lab else ""
             cum = 0
@@ -107,6 +115,6 @@ def series_lines(lines: list[str], snap: SeriesSnapshot, openmetrics: bool) -> N
             lines.append(f"{name}_count{braced} {cum}")
         return
     sample = name + ("_total" if fam.kind is Kind.COUNTER else "")
-    for pairs, value in snap.rows:
+    for pairs, value in rows:
         lab = label_text(pairs)
         lines.append(f"{sample}{{{lab}}} {format_value(value)}" if lab else f"{sample} {format_value(value)}")

@@ -135,6 +135,7 @@ class PipelineTelemetry:
         for f in (RUNNING, WAITING, E2E, QUEUE_WAIT, PROMPT_TOKENS, GENERATION_TOKENS):
             self._sets[f].touch(model)
         self.anchor = (ANCHOR_WALL_NS, ANCHOR_MONO_NS) if clock is time.monotonic_ns else (time.time_ns(), clock())
+        self.start_time_ns = time.time_ns()  # the start of its cumulative series
         self.tracer = None
         if config.tracer_provider is not None:
             from otel_llm.pipeline.spans import PipelineTracer
@@ -395,19 +396,29 @@ class PipelineTelemetry:
             self._fold_hops()
             return {s.name: s.overflowed for s in self._sets.values() if s.overflowed}
 
-    def render(self, openmetrics: bool = False) -> bytes:
-        """The pipeline families in text format 0.0.4 or OpenMetrics, without `# EOF` (for
-        `make_metrics_app(extra=...)`); b"" when disabled."""
-        if not self.enabled:
-            return b""
+    def _snapshots(self) -> list:
         with self._lock:
             self._gauges()
-            snaps = [s.snapshot() for s in self._sets.values()]
+            return [s.snapshot() for s in self._sets.values()]
+
+    def render(self, openmetrics: bool = False, profile: str = "vllm") -> bytes:
+        """The pipeline families in text format 0.0.4 or OpenMetrics, without `# EOF` (for
+        `make_metrics_app(extra=...)`); b"" when disabled. Profile `otel`: under their OTel names
+        and attributes (`families.PipelineFamily.otel`); any other: vLLM-Omni's."""
+        if not self.enabled:
+            return b""
         lines: list[str] = []
-        for snap in snaps:
-            series_lines(lines, snap, openmetrics)
+        for snap in self._snapshots():
+            series_lines(lines, snap, openmetrics, otel=profile == "otel")
         return ("\n".join(lines) + "\n").encode() if lines else b""
 
+    def to_metrics(self) -> list:
+        """The families as OTel `Metric`s (`otlp.to_metrics`): what a reader collects; a producer for
+        `metric_producer.attach_reader(..., producers=[pipeline.to_metrics])`."""
+        if not self.enabled:
+            return []
+        from otel_llm.pipeline.otlp import to_metrics
+        return to_metrics(self._snapshots(), self.start_time_ns, time.time_ns())
 
 def _count(value) -> int:
     """A number of requests: an int >= 0 (ValueError otherwise)."""

@@ -52,9 +52,9 @@ class HttpMetrics:
         (413 from `BodyLimit`) should count."""
         self._instrumentator.instrument(app)
 
-    def render(self, openmetrics: bool) -> bytes:
+    def render(self, openmetrics: bool, compat: str | None = None) -> bytes:
         """The registry's families in text format 0.0.4, or OpenMetrics 1.0 without its `# EOF`
-        (the exposition they are appended to ends with the one `# EOF`)."""
+        (the exposition they are appended to ends with the one `# EOF`); vLLM's names under every `compat`."""
         if openmetrics:
             return generate_openmetrics(self.registry).removesuffix(_EOF)
         return generate_latest(self.registry)

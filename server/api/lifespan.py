@@ -108,7 +108,7 @@ def _replaced_family() -> SelfFamily:
 
 def _joined(*renders):
     """One `make_metrics_app(extra=...)` from several: their families in order."""
-    return lambda openmetrics: b"".join(render(openmetrics) for render in renders)
+    return lambda openmetrics, compat: b"".join(render(openmetrics, compat) for render in renders)
 
 
 def lifespan(config: ServerConfig, client: EngineClient | None, clock: ShutdownClock, exports: Exports,
@@ -136,7 +136,7 @@ def lifespan(config: ServerConfig, client: EngineClient | None, clock: ShutdownC
                 metric_counts = ExportCounts("metrics")
                 reader = otlp_metric_reader(config.otlp_metrics_endpoint, counts=metric_counts)
                 counts += (metric_counts,)
-                tel.attach_reader(reader, exports.resource)
+                tel.attach_reader(reader, exports.resource, () if stack is None else (stack.telemetry.to_metrics,))
                 logger.info("pushing OTLP metrics to %s every %.0f s", redact_url(config.otlp_metrics_endpoint),
                             export_interval_s())
         except BaseException:

@@ -37,9 +37,9 @@ class PipelineStack:
         self.serving = PipelineServing(self.talker, self.telemetry, model_name)
         self.stat_logger = PipelineStatLogger(self.telemetry, log_stats_interval_s)
 
-    def render(self, openmetrics: bool) -> bytes:
+    def render(self, openmetrics: bool, compat: str = "vllm") -> bytes:
         """The pipeline families for `/metrics` (`make_metrics_app(extra=...)`); b"" with stats off."""
-        return self.telemetry.render(openmetrics)
+        return self.telemetry.render(openmetrics, compat)
 
     def close(self) -> None:
         self.stat_logger.stop()

@@ -18,7 +18,9 @@ PUBLIC = {
     "otel_llm.export.asgi": {"make_metrics_app"},
     "otel_llm.export.otlp_metrics": {"otlp_metric_reader", "service_resource"},
 }
-COLLECTOR_MAY_USE = ("otel_llm.shim.", "otel_llm.canonical.", "otel_llm.export.", "otel_llm.cli.")
+# the SDK's tables (instruments, profiles, the pipeline's families), exposition and CLI helpers
+COLLECTOR_MAY_USE = ("otel_llm.shim.", "otel_llm.canonical.", "otel_llm.export.", "otel_llm.cli.",
+                     "otel_llm.pipeline.families")
 
 
 def _imports(source: str) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ import re
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
@@ -19,6 +20,8 @@ from otel_llm.collector.otelcol.config import extra_le_bounds, otelcol_config, r
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSampler, TailSamplingConfig
 from otel_llm.export.exposition import series_groups
+from otel_llm.pipeline import PipelineConfig, PipelineTelemetry, TransferHop
+from otel_llm.shim.prometheus_naming import label_name
 from otel_llm.shim.profiles import get_profile
 
 PROFILES = ("vllm", "otel")
@@ -231,7 +234,7 @@ def test_every_family_exposes_exactly_the_servers_series(profile_name):
 def test_renames_are_the_profiles(profile_name):
     config, profile = otelcol_config(profile_name), collector_profile(profile_name)
     table = instrument_table(8192)
-    transforms = config["processors"][f"metricstransform/{profile_name}"]["transforms"]
+    transforms = config["processors"][f"metricstransform/{profile_name}"]["transforms"][:len(profile.families)]
     assert [t["include"] for t in transforms] == [f.canonical for f in profile.families]
     for t, fam in zip(transforms, profile.families):
         suffix = "_total" if table[fam.canonical].kind is Kind.COUNTER else ""
@@ -244,6 +247,40 @@ def test_renames_are_the_profiles(profile_name):
             want.pop(ENGINE_ATTRIBUTE)
             want.update({{"model": MODEL_ATTRIBUTE, "engine": ENGINE_ATTRIBUTE}[f]: label for label, f in fam.base})
         assert renames == want
+
+
+@pytest.mark.parametrize("profile_name", PROFILES)
+def test_every_pipeline_family_is_served_as_the_pipeline_serves_it(profile_name):
+    """Each pipeline instrument's points (the SDK's OTLP: otel_llm.pipeline.otlp) come out with the name and
+    labels of the pipeline's own /metrics under that profile, its overflow series included."""
+    pipeline = PipelineTelemetry(PipelineConfig("m", cardinality_limit=1))
+    r = pipeline.arrival("r", audio=True)
+    for replica in "01":
+        r.stage_started("1", replica, queued_ns=pipeline.clock())
+        r.stage_finished("1", replica)
+        r.audio_chunk("1", replica, 4800)
+        r.transfer(TransferHop("0", "0", "1", replica, 10, 0, 1, 2, 3))
+    r.finish("stop", prompt_tokens=1, generation_tokens=1)
+    pipeline.arrival("s").fail("stage_error")
+    empty = pipeline.arrival("t", audio=True)  # no audio: skipped
+    empty.stage_started("1", "0")
+    empty.finish()
+    pipeline.stage_waiting("0", "0", 1)
+    pipeline.stream_completed()
+    pipeline.stream_aborted("closed")
+    config = otelcol_config(profile_name)
+    got, want = set(), set()
+    for metric in pipeline.to_metrics():
+        for point in metric.data.data_points:
+            attrs = {k: str(v).lower() if isinstance(v, bool) else v for k, v in point.attributes.items()}
+            name, pairs = simulate(config, metric.name, attrs)
+            got.add((name, frozenset((label_name(k), v) for k, v in pairs)))  # the exporter's own escaping
+    for fam in text_string_to_metric_families(pipeline.render(profile=profile_name).decode()):
+        for sample in fam.samples:
+            if not sample.name.endswith(("_bucket", "_sum")):
+                name = sample.name.removesuffix("_count") if fam.type == "histogram" else sample.name
+                want.add((name, frozenset(sample.labels.items())))
+    assert got == want and len({n for n, _ in want}) == 24
 
 
 TRACES = {"traces_to": ("grpc://jaeger:4317", "http://tempo:4318", "https://t.example/otlp/v1/traces"),

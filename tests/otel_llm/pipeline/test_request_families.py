@@ -139,3 +139,40 @@ def test_a_failed_requests_span_names_its_reason():
     (root,) = exporter.get_finished_spans()
     assert root.attributes["error.type"] == "stage_error"
     assert root.attributes["gen_ai.response.finish_reasons"] == ("abort",)
+
+
+def test_the_otel_profile_and_a_reader_carry_them_as_otel_instruments():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_llm.export.metric_producer import attach_reader
+
+    p, clock = pipeline(cardinality_limit=1)
+    r = p.arrival("r")
+    r.stage_started("0", "0")
+    clock.t += SECOND
+    r.stage_finished("0", "0")
+    r.stage_started("1", "0")
+    r.stage_finished("1", "0")  # a second stage beyond the limit of one: its series overflows
+    r.finish("stop", prompt_tokens=4, generation_tokens=9)
+    p.stage_waiting("0", "0", 2)
+    text = p.render(profile="otel").decode()
+    assert 'otel_llm_pipeline_tokens_generation_total{gen_ai_request_model="tts"} 9' in text
+    assert ('otel_llm_pipeline_stage_generation_time_seconds_count{gen_ai_request_model="tts",'
+            'otel_llm_pipeline_stage="0",otel_llm_pipeline_stage_type="llm"} 1') in text
+    assert "vllm_omni:" not in text and p.render(profile="sglang") == p.render()  # vLLM-Omni's under the others
+    reader = InMemoryMetricReader()
+    attach_reader(reader, [], producers=[p.to_metrics])
+    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+               for m in sm.metrics}
+    tokens = metrics["otel_llm.pipeline.tokens.generation"]
+    assert tokens.unit == "{token}" and tokens.data.is_monotonic
+    assert [(dict(pt.attributes), pt.value) for pt in tokens.data.data_points] == [
+        ({"gen_ai.request.model": "tts"}, 9.0)]
+    gen, over = metrics["otel_llm.pipeline.stage.generation_time"].data.data_points
+    assert dict(over.attributes) == {"otel.metric.overflow": True} and over.count == 1
+    assert dict(gen.attributes) == {"gen_ai.request.model": "tts", "otel_llm.pipeline.stage": "0",
+                                    "otel_llm.pipeline.stage_type": "llm"}
+    assert gen.count == 1 and gen.sum == 1.0 and gen.explicit_bounds[0] == 0.05 and sum(gen.bucket_counts) == 1
+    (waiting,) = metrics["otel_llm.pipeline.stage.waiting"].data.data_points
+    assert (dict(waiting.attributes), waiting.value) == ({"gen_ai.request.model": "tts",
+                                                          "otel_llm.pipeline.stage": "0"}, 2.0)

@@ -193,6 +193,9 @@ def test_metrics_pass_promtool(server, client):
     findings = promtool_check_metrics(text)  # it parses all of it (else PromtoolError) ...
     own = ("vllm:", "vllm_omni:")  # ... and lints only vLLM(-Omni)'s own names
     assert [f for f in findings if not f.startswith(own)] == []
+    otel = httpx.get(f"{server.url}/metrics?compat=otel", timeout=10).text  # every family under its OTel name
+    assert "otel_llm_pipeline_requests_finished_total{" in otel and "vllm_omni:" not in otel
+    assert [f for f in promtool_check_metrics(otel) if "otel_llm_pipeline" in f] == []
 
 
 @pytest.mark.slow
