@@ -45,6 +45,11 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _SCOPE = InstrumentationScope("otel_llm", "0.1.0")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _MASK64 = (1 << 64) - 1
+_UNSET = Status(StatusCode.UNSET)  # shared: spans are read-only
+_REASONS = {int(r): r for r in FinishReason}
+_FAILED = (FinishReason.ABORT, FinishReason.ERROR)
+_COLUMNS = ("reason", "arrival", "finish_recv", "queued", "sched", "first", "last", "first_recv", "num_prompt",
+            "num_gen", "num_cached", "npre", "engine_valid")  # a FinishedBatch's, read per request
 
 
 def capture_content_from_env() -> bool:
@@ -94,13 +99,14 @@ class RequestTracer:
         engine-lane summaries (`EngineLane.summaries`), shown on the request span where covered."""
         f_off = self.wall0 - self.mono0  # frontend mono -> epoch
         e_off = offset_for(*engine_anchor, f_off)  # engine mono -> epoch: the same when on this host's clock
-        traces = b.trace.tolist()
-        emitted = 0
-        for i, (hi, lo, span_id, parent_id) in enumerate(traces):
-            if span_id:
-                self._emit_one(b, i, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps)
-                emitted += 1
-        return emitted
+        sampled = [i for i, span_id in enumerate(b.trace[:, 2].tolist()) if span_id]
+        if not sampled:
+            return 0
+        traces = b.trace[sampled].tolist()
+        rows = zip(*(getattr(b, c)[sampled].tolist() for c in _COLUMNS))  # Python ints: no numpy scalar per field
+        for i, (hi, lo, span_id, parent_id), row in zip(sampled, traces, rows):
+            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps)
+        return len(sampled)
 
     def emit_lane(self, cols: dict, engine_anchor: tuple[int, int], engine: str) -> None:
         """One `engine steps` span, a trace of its own, for the steps in `cols` (`EngineLane.columns`):
@@ -116,16 +122,16 @@ class RequestTracer:
                                             None, Status(StatusCode.UNSET), start + e_off,
                                             int(cols["end_ns"][-1]) + e_off, _SCOPE))
 
-    def _emit_one(self, b: FinishedBatch, i: int, trace_id: int, span_id: int, parent_id: int,
+    def _emit_one(self, b: FinishedBatch, i: int, row: tuple, trace_id: int, span_id: int, parent_id: int,
                   e_off: int, f_off: int, steps: dict | None) -> None:
+        """Request `i` of `b`, whose `_COLUMNS` values are `row`."""
+        reason, arrival, finish_recv, q, s, f, last, first_recv, num_prompt, num_gen, num_cached, npre, valid = row
         info = b.infos[i]
-        reason = FinishReason(int(b.reason[i]))
+        reason = _REASONS[reason]
         op = info.operation
         ctx = SpanContext(trace_id, span_id, False, _SAMPLED)
         parent = SpanContext(trace_id, parent_id, True, _SAMPLED) if parent_id else None
-        start, end = int(b.arrival[i]) + f_off, int(b.finish_recv[i]) + f_off
-        q, s, f, last = int(b.queued[i]), int(b.sched[i]), int(b.first[i]), int(b.last[i])
-        valid = bool(b.engine_valid[i])
+        start, end = arrival + f_off, finish_recv + f_off
         attrs = {
             "gen_ai.operation.name": op,
             "gen_ai.provider.name": self.provider_name,
@@ -134,11 +140,11 @@ class RequestTracer:
             "gen_ai.request.id": info.request_id,
             "gen_ai.response.id": info.request_id,
             "gen_ai.response.finish_reasons": (reason.label,),
-            "gen_ai.usage.input_tokens": int(b.num_prompt[i]),
-            "gen_ai.usage.output_tokens": int(b.num_gen[i]),
-            "gen_ai.usage.cache_read.input_tokens": int(b.num_cached[i]),
-            "gen_ai.latency.e2e": (int(b.finish_recv[i]) - int(b.arrival[i])) * 1e-9,
-            "otel_llm.num_preemptions": int(b.npre[i]),
+            "gen_ai.usage.input_tokens": num_prompt,
+            "gen_ai.usage.output_tokens": num_gen,
+            "gen_ai.usage.cache_read.input_tokens": num_cached,
+            "gen_ai.latency.e2e": (finish_recv - arrival) * 1e-9,
+            "otel_llm.num_preemptions": npre,
         }
         for key, value in (("gen_ai.request.max_tokens", info.max_tokens), ("gen_ai.request.temperature", info.temperature),
                            ("gen_ai.request.top_p", info.top_p), ("gen_ai.request.top_k", info.top_k),
@@ -154,9 +160,9 @@ class RequestTracer:
         if info.stop_sequences:
             attrs["gen_ai.request.stop_sequences"] = tuple(info.stop_sequences)
         events = []
-        if b.first_recv[i]:  # the event where TTFT puts it: when this frontend had the first token
-            attrs["gen_ai.latency.time_to_first_token"] = (int(b.first_recv[i]) - int(b.arrival[i])) * 1e-9
-            events.append(Event("first_token", {}, int(b.first_recv[i]) + f_off))
+        if first_recv:  # the event where TTFT puts it: when this frontend had the first token
+            attrs["gen_ai.latency.time_to_first_token"] = (first_recv - arrival) * 1e-9
+            events.append(Event("first_token", {}, first_recv + f_off))
         if valid:
             attrs["gen_ai.latency.time_in_queue"] = (s - q) * 1e-9
             attrs["gen_ai.latency.time_in_model_prefill"] = (f - s) * 1e-9
@@ -177,8 +183,8 @@ class RequestTracer:
                 attrs["gen_ai.output.messages"] = json.dumps(
                     [{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": reason.label}
                      for text in b.outputs[i]])
-        status = Status(StatusCode.UNSET)
-        if reason in (FinishReason.ABORT, FinishReason.ERROR):
+        status = _UNSET
+        if reason in _FAILED:
             attrs["error.type"] = reason.label
             status = Status(StatusCode.ERROR, f"request finished with {reason.label}")
         kind = SpanKind.INTERNAL if parent else SpanKind.SERVER
@@ -191,7 +197,6 @@ class RequestTracer:
             for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last)):
                 child = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
                 spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
-                                          SpanKind.INTERNAL, None, Status(StatusCode.UNSET), t0 + e_off, t1 + e_off,
-                                          _SCOPE))
+                                          SpanKind.INTERNAL, None, _UNSET, t0 + e_off, t1 + e_off, _SCOPE))
         for span in reversed(spans):  # children first, like live spans ending
             self._processor.on_end(span)
