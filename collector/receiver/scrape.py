@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from otel_llm.canonical.instruments import Kind
 from otel_llm.collector.exporter.prometheus.exposition import SelfFamily
 from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
-from otel_llm.collector.receiver.scrape_fetch import fetch
+from otel_llm.collector.receiver.scrape_fetch import Fetcher
 from otel_llm.export.exposition import label_text
 from otel_llm.export.redaction import redact_url
 
@@ -153,6 +153,7 @@ class Scraper:
         self.store = store
         self._ingest = ingest or store.ingest  # payload -> IngestResult (the collector's: counted, forwarded)
         self.converter = Converter(target.job, target.instance, dict(target.labels), target.sample_limit)
+        self.fetcher = Fetcher(target)  # its connection is kept between scrapes
         self.failures: dict[str, int] = {}
         self.scrapes = 0
         self.last_error = ""
@@ -182,6 +183,7 @@ class Scraper:
             if next_at < now:  # a scrape overran the interval: skip the missed ones
                 next_at = now + self.target.interval_s
             self._stop.wait(next_at - now)
+        self.fetcher.close()
 
     def scrape_once(self) -> bool:
         """One scrape into the store; True when it succeeded."""
@@ -190,7 +192,7 @@ class Scraper:
         now_ns = time.time_ns()
         error: ScrapeError | None = None
         try:
-            text, openmetrics = fetch(self.target)
+            text, openmetrics = self.fetcher.fetch()
             extra = {"up": 1.0, "scrape_duration_seconds": time.monotonic() - t0}
             payload = self.converter.convert(text, openmetrics, now_ns, extra)
         except ScrapeError as exc:

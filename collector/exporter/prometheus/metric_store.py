@@ -151,6 +151,7 @@ class MetricStore:
         self.families: dict[str, StoreFamily] = {}
         self.resources: dict[bytes, ResourceInfo] = {}
         self._metrics: dict[tuple, MetricSeries] = {}  # (resource, scope, metric name) -> its series
+        self._sender_metrics: dict[bytes, dict[tuple, MetricSeries]] = {}  # the same by resource (drop_unseen's)
         self._num_series = 0
         self._routes: dict[tuple, tuple[Route, ...]] = {}  # (scope, name, kind, monotonic) -> routes; none: dropped
         # (resource, scope, name, kind, monotonic) -> per route, (route, its input series)
@@ -183,8 +184,9 @@ class MetricStore:
                         continue
                 resource.seen_s = now
                 for sm in rm.scope_metrics:
+                    scope = sm.scope  # (read once: each read is a new bytes object, hashed anew)
                     for metric in sm.metrics:
-                        ok, bad, reason = self._metric(resource, resource_key, sm.scope, metric, now)
+                        ok, bad, reason = self._metric(resource, resource_key, scope, metric, now)
                         accepted += ok
                         refused += bad
                         if reason and len(reasons) < _MAX_REASONS:
@@ -233,6 +235,7 @@ class MetricStore:
         series = self._metrics.get(key)
         if series is None:
             series = self._metrics[key] = MetricSeries(key)
+            self._sender_metrics.setdefault(key[0], {})[key] = series
         return series
 
     # The two loops below are the ingest hot path (one iteration per data point): the series
@@ -388,8 +391,8 @@ class MetricStore:
         target stopped exposing, or everything but `up` after a failed scrape (Prometheus marks
         those stale)."""
         with self.lock:
-            return sum(self._drop_older(key, metric, since) for key, metric in list(self._metrics.items())
-                       if key[0] == resource_key)
+            return sum(self._drop_older(key, metric, since)
+                       for key, metric in list(self._sender_metrics.get(resource_key, {}).items()))
 
     def clock(self) -> float:
         return self._clock()
@@ -400,6 +403,10 @@ class MetricStore:
             self._remove(metric, s)
         if not metric.series:
             del self._metrics[metric_key]
+            sender = self._sender_metrics[metric_key[0]]
+            del sender[metric_key]
+            if not sender:
+                del self._sender_metrics[metric_key[0]]
             for known_key in [k for k, routes in self._known.items() if any(m is metric for _, m in routes)]:
                 del self._known[known_key]
         return len(stale)

@@ -243,6 +243,30 @@ def test_series_a_target_stops_exposing_are_dropped_and_a_failed_scrape_keeps_on
     assert scraper.failures == {"malformed": 1}
 
 
+def test_staleness_is_per_target_in_a_shared_store(targets):
+    """What one target stops exposing goes, another target's same series stay; a series that comes
+    back and goes again goes again."""
+    a, b = targets(body="# TYPE g gauge\ng 1\n# TYPE h gauge\nh 1\n"), targets(body="# TYPE g gauge\ng 2\n")
+    store = MetricStore(StoreConfig())
+    one, two = Scraper(ScrapeTarget(a.url, "a", 60, 5), store), Scraper(ScrapeTarget(b.url, "b", 60, 5), store)
+
+    def seen():
+        text = exposition.render(store, False, ()).decode()
+        return {job: (value(text, "g", job=job), value(text, "h", job=job)) for job in ("a", "b")}
+    assert one.scrape_once() and two.scrape_once()
+    assert seen() == {"a": (1.0, 1.0), "b": (2.0, None)}
+    for body, want in (("# TYPE h gauge\nh 3\n", (None, 3.0)),
+                       ("# TYPE g gauge\ng 4\n# TYPE h gauge\nh 5\n", (4.0, 5.0)),
+                       ("# TYPE h gauge\nh 6\n", (None, 6.0))):
+        a.body = body
+        assert one.scrape_once()
+        assert seen() == {"a": want, "b": (2.0, None)}
+    a.body = "garbage {{"
+    assert not one.scrape_once()
+    assert seen() == {"a": (None, None), "b": (2.0, None)}
+    assert two.scrape_once() and seen()["b"] == (2.0, None)
+
+
 @pytest.mark.slow
 def test_a_restarted_target_resets_its_counters_in_promql_increase(targets, prometheus_server):
     t = targets(body="# TYPE vllm:request_success counter\n"
