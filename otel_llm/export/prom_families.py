@@ -38,6 +38,11 @@ def go_float(v: float) -> str:
     return repr(v) if 0.0 <= v < 1e6 else floatToGoString(v)
 
 
+def go_count(n: int) -> str:
+    """`go_float` of a bucket count: an int below 1e6 written as `17.0` without making a float of it."""
+    return f"{n}.0" if type(n) is int and 0 <= n < 1000000 else go_float(n)
+
+
 def _escape(v: str) -> str:
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
@@ -169,8 +174,8 @@ class DeclaredFamily:
             v = self.values(child)
             if self.kind == HISTOGRAM:
                 cum, total = v
-                parts.extend(p + go_float(c) + "\n" for p, c in zip(pre, cum))
-                parts.append(pre[-2] + go_float(cum[-1]) + "\n")
+                parts.extend(f"{p}{go_count(c)}\n" for p, c in zip(pre, cum))
+                parts.append(pre[-2] + go_count(cum[-1]) + "\n")
                 parts.append(pre[-1] + go_float(total) + "\n")
             else:
                 parts.append(pre[0] + go_float(v) + "\n")

@@ -407,9 +407,14 @@ def _off(what: str, exc: BaseException) -> None:
     logger.warning("otel-llm: on vLLM %s, %s (%s: %s)", vllm_version(), what, type(exc).__name__, exc)
 
 
-def _engine(fam, agg, child):
-    """The engine state a child's `engine` label names (None before that engine's first step)."""
-    return agg.engines.get(int(fam.label_dict(child).get("engine", 0)))
+def _engine_of(fam, agg):
+    """child -> the engine state its `engine` label names (None before that engine's first step);
+    engine 0 for a family without the label."""
+    engines = agg.engines  # one dict for the aggregator's life
+    if "engine" not in fam.labelnames:
+        return lambda child: engines.get(0)
+    at = fam.labelnames.index("engine")
+    return lambda child: engines.get(int(child.labelvalues[at]))
 
 
 def _canonical_source(fam, pfam, inst, agg):
@@ -417,6 +422,7 @@ def _canonical_source(fam, pfam, inst, agg):
     `pfam`: the `vllm` profile's entry, which says which dims are labels (as on our own /metrics)."""
     import numpy as np
 
+    engine = _engine_of(fam, agg)
     groups = dict(series_groups(inst, pfam))  # label pairs -> the series they sum
     labels = [pfam.labels[d][0] for d in inst.dims if d in pfam.labels]
     chosen: dict[tuple[str, ...], int | np.ndarray] = {}
@@ -435,7 +441,7 @@ def _canonical_source(fam, pfam, inst, agg):
         pos = np.searchsorted(fine, np.asarray(fam.buckets, np.float64)).tolist() + [len(fine)]
 
         def hist(child):
-            e = _engine(fam, agg, child)
+            e = engine(child)
             if e is None:
                 return [0] * len(pos), 0.0
             h, s = e.metrics.histograms[inst.name], series(child)
@@ -444,20 +450,22 @@ def _canonical_source(fam, pfam, inst, agg):
         return hist
     if inst.kind is Kind.COUNTER:
         def counter(child):
-            e = _engine(fam, agg, child)
+            e = engine(child)
             return 0.0 if e is None else float(e.metrics.counters[inst.name][series(child)].sum())
         return counter
 
     def gauge(child):
-        e = _engine(fam, agg, child)
+        e = engine(child)
         v = None if e is None else e.metrics.gauges.get(inst.name)
         return 0.0 if v is None else float(v[series(child)].sum()) if inst.dims else float(v)
     return gauge
 
 
 def _extras_source(fam, agg, get):
+    engine = _engine_of(fam, agg)
+
     def value(child):
-        e = _engine(fam, agg, child)
+        e = engine(child)
         return 0.0 if e is None else float(get(e.extras, fam.label_dict(child)))
     return value
 
