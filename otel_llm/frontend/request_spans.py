@@ -86,6 +86,7 @@ class RequestTracer:
         self._processor = provider._active_span_processor  # see module docstring
         self._resource = provider.resource
         self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
+        self._child_attrs: dict[str, dict] = {}  # operation -> the child spans' attributes
 
     def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
@@ -146,11 +147,16 @@ class RequestTracer:
             "gen_ai.latency.e2e": (finish_recv - arrival) * 1e-9,
             "otel_llm.num_preemptions": npre,
         }
-        for key, value in (("gen_ai.request.max_tokens", info.max_tokens), ("gen_ai.request.temperature", info.temperature),
-                           ("gen_ai.request.top_p", info.top_p), ("gen_ai.request.top_k", info.top_k),
-                           ("gen_ai.request.seed", info.seed)):
-            if value is not None:
-                attrs[key] = value
+        if info.max_tokens is not None:
+            attrs["gen_ai.request.max_tokens"] = info.max_tokens
+        if info.temperature is not None:
+            attrs["gen_ai.request.temperature"] = info.temperature
+        if info.top_p is not None:
+            attrs["gen_ai.request.top_p"] = info.top_p
+        if info.top_k is not None:
+            attrs["gen_ai.request.top_k"] = info.top_k
+        if info.seed is not None:
+            attrs["gen_ai.request.seed"] = info.seed
         if info.n != 1:
             attrs["gen_ai.request.choice.count"] = info.n
         if info.stream:
@@ -193,7 +199,9 @@ class RequestTracer:
                               limits.events(events), (), kind, None, status, start, end, _SCOPE)]
         if valid:
             ids = self.provider.id_generator
-            child_attrs = limits.attributes({"gen_ai.operation.name": op})  # shared: spans are read-only
+            child_attrs = self._child_attrs.get(op)  # shared: spans are read-only
+            if child_attrs is None:
+                child_attrs = self._child_attrs[op] = limits.attributes({"gen_ai.operation.name": op})
             for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last)):
                 child = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
                 spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
