@@ -140,6 +140,7 @@ class Renderer:
         if inst.kind is Kind.HISTOGRAM and not fam.part and not np.array_equal(fine[pos[pos < len(fine)]], coarse):
             raise ValueError(f"{fam.name}: buckets {coarse.tolist()} are not a subset of {fine.tolist()}")
         for pairs, series in groups:
+            series = int(series[0]) if len(series) == 1 else series  # one series: plain indexing, no copy
             lab = label_text(base + pairs)
             if inst.kind is Kind.HISTOGRAM and not fam.part:
                 sep = "," if lab else ""
@@ -187,25 +188,25 @@ class Renderer:
                 empty = self.profile.emit_empty or not inst.dims or inst.name in DECLARED_AT_ZERO
                 if fam.part:
                     h = src.snapshot.histograms[inst.name]
-                    values = h.sums if fam.part == "sum" else h.counts.sum(axis=1)
-                    lines.extend(p + format_value(values[series].sum() * scale) for series, p in prepared
-                                 if empty or h.counts[series].any())
+                    values = _totals(h.sums if fam.part == "sum" else h.counts.sum(axis=1), prepared)
+                    seen = _totals(h.counts.sum(axis=1), prepared) if fam.part == "sum" else values
+                    lines.extend(p + format_value(v * scale) for (_, p), v, n in zip(prepared, values, seen)
+                                 if empty or n)
                 elif inst.kind is Kind.HISTOGRAM:
                     self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty,
                                     scale)
                 elif inst.kind is Kind.COUNTER and fam.base is not None:
-                    values = src.snapshot.counters[inst.name]
-                    for series, p in prepared:
-                        if empty or values[series].any():
-                            merged[p] = merged.get(p, 0.0) + values[series].sum() * scale
+                    for (_, p), v in zip(prepared, _totals(src.snapshot.counters[inst.name], prepared)):
+                        if empty or v:  # (counters never go below 0: a sum of 0 has no count in it)
+                            merged[p] = merged.get(p, 0.0) + v * scale
                 elif inst.kind is Kind.COUNTER:
-                    values = src.snapshot.counters[inst.name]
-                    lines.extend(p + format_value(values[series].sum() * scale) for series, p in prepared
-                                 if empty or values[series].any())
+                    lines.extend(p + format_value(v * scale)
+                                 for (_, p), v in zip(prepared, _totals(src.snapshot.counters[inst.name], prepared))
+                                 if empty or v)
                 elif inst.dims:  # a value per series (0 until set, as an unset gauge without dims)
                     values = src.snapshot.gauges.get(inst.name)
-                    lines.extend(p + format_value(0.0 if values is None else values[series].sum() * scale)
-                                 for series, p in prepared)
+                    totals = [0.0] * len(prepared) if values is None else _totals(values, prepared)
+                    lines.extend(p + format_value(v * scale) for (_, p), v in zip(prepared, totals))
                 else:
                     v = (cache_value(dict(src.cache_config), fam.cache_key) if fam.cache_key
                          else src.snapshot.gauges.get(inst.name) or 0.0)
@@ -294,18 +295,27 @@ class Renderer:
                    empty: bool, scale: float = 1.0) -> None:
         nb = h.counts.shape[1]
         for series, prefixes, p_sum, p_count in prepared:
-            counts = h.counts[series].sum(axis=0)
-            if not empty and not counts.any():
+            one = type(series) is int  # else the series the family sums into one
+            cum = (h.counts[series] if one else h.counts[series].sum(axis=0)).cumsum()
+            total = int(cum[-1])
+            if not empty and not total:
                 continue
-            cum = np.cumsum(counts)
-            values = cum[pos].tolist() + [int(cum[-1])]
+            values = cum[pos].tolist()
+            values.append(total)
             if openmetrics and h.exemplars is not None:
-                ex = _exemplars(h, series, pos, nb, scale)
+                ex = _exemplars(h, np.atleast_1d(series), pos, nb, scale)
                 lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
             else:
                 lines.extend(p + str(v) for p, v in zip(prefixes, values))
-            lines.append(p_sum + format_value(h.sums[series].sum() * scale))
-            lines.append(p_count + str(values[-1]))
+            lines.append(p_sum + format_value((h.sums[series] if one else h.sums[series].sum()) * scale))
+            lines.append(p_count + str(total))
+
+
+def _totals(values: np.ndarray, prepared) -> list[float]:
+    """Each prepared entry's value from a per-series array: one series' read off a list (no numpy call
+    per series), a group's summed."""
+    listed = values.tolist()
+    return [listed[series] if type(series) is int else float(values[series].sum()) for series, *_ in prepared]
 
 
 def family_header(lines: list[str], name: str, kind: Kind, help_text: str, openmetrics: bool,
