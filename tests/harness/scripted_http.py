@@ -9,6 +9,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 
 
+def serve_http(handler: type[BaseHTTPRequestHandler], poll_interval: float = 0.5) -> ThreadingHTTPServer:
+    """A threading HTTP server on 127.0.0.1:0 running `handler` from a daemon thread; `stop_http` ends it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True).start()
+    return server
+
+
+def stop_http(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
 class Received(NamedTuple):
     time_s: float  # monotonic
     headers: dict[str, str]
@@ -48,14 +61,9 @@ class ScriptedReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
-        self.thread.start()
+        self.server = serve_http(Handler, poll_interval=0.02)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/v1/write"  # any path is answered
 
     def close(self) -> None:
         self.hold.set()
-        self.server.shutdown()
-        self.server.server_close()
+        stop_http(self.server)

@@ -23,6 +23,7 @@ from otel_llm.collector.receiver.scrape_fetch import fetch
 from otel_llm.collector.receiver.scrape_convert import Converter, ScrapeError
 from otel_llm.collector.service import Collector, CollectorConfig
 from tests.harness.ports import free_port
+from tests.harness.scripted_http import serve_http, stop_http
 
 DATA = Path(__file__).parents[1] / "data"
 VLLM_TEXT = (DATA / "vllm_metrics.txt").read_text()  # a real vLLM 0.32 /metrics after a mixed load
@@ -163,14 +164,11 @@ class Target:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        stop_http(self.server)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ whose scrape ended; redirects and error statuses answer as urllib's did. Real HT
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from otel_llm.collector.receiver.scrape import ScrapeTarget
 from otel_llm.collector.receiver.scrape_convert import ScrapeError
 from otel_llm.collector.receiver.scrape_fetch import Fetcher
+from tests.harness.scripted_http import serve_http, stop_http
 
 BODY = "# TYPE up_total counter\nup_total 1\n"
 
@@ -57,14 +57,11 @@ class Target:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_http(self.server)
 
 
 @pytest.fixture
