@@ -49,9 +49,8 @@ from otel_llm.collector.otelcol.traces import traces_part
 from otel_llm.collector.processor.metric_routes import collector_profile
 from otel_llm.collector.processor.tail_sampling import TailSamplingConfig
 from otel_llm.pipeline.families import FAMILIES as PIPELINE_FAMILIES
-from otel_llm.pipeline.families import PREFIXES, PipelineFamily
+from otel_llm.pipeline.families import PipelineFamily
 from otel_llm.shim.profile import Profile, ProfileFamily
-from otel_llm.shim.prometheus_naming import label_name, metric_name
 
 TRANSLATION_STRATEGY = "UnderscoreEscapingWithoutSuffixes"
 PROFILES = ("vllm", "otel")  # the profiles whose every family is a rename (see the module docstring)
@@ -128,10 +127,8 @@ def _transform(profile: Profile, fam: ProfileFamily) -> dict:
 
 def _pipeline_transform(profile: Profile, fam: PipelineFamily) -> dict:
     """A pipeline instrument -> its vLLM-Omni family and labels (profile `otel`: its OTel Prometheus name)."""
-    otel = profile.name == "otel"
-    name = metric_name(fam.otel, fam.unit, fam.kind) if otel else PREFIXES[0] + fam.stem
-    ops = [op for attr, label in zip(fam.attributes, fam.labels) for op in _rename(attr, label_name(attr) if otel
-                                                                                   else label)]
+    name, labels = fam.exposed(otel=profile.name == "otel")
+    ops = [op for attr, label in zip(fam.attributes, labels) for op in _rename(attr, label)]
     return {"include": fam.otel, "match_type": "strict", "action": "update",
             "new_name": name + "_total" if fam.kind is Kind.COUNTER else name, "operations": ops}
 

@@ -54,7 +54,7 @@ from otel_llm.canonical.instruments import (
 )
 from otel_llm.collector.pdata import metrics_wire as wire
 from otel_llm.export.exposition import cache_value, series_groups
-from otel_llm.pipeline.families import BY_OTEL, PREFIXES, PipelineFamily
+from otel_llm.pipeline.families import BY_OTEL, PipelineFamily
 from otel_llm.shim.profile import Profile, ProfileFamily
 from otel_llm.shim.profiles import get_profile
 from otel_llm.shim.prometheus_naming import label_name, metric_name
@@ -251,10 +251,8 @@ class Router:
                       scope_pairs=scope_pairs),)
 
     def _pipeline_route(self, fam: PipelineFamily) -> Route:
-        if self.profile.name == "otel":
-            return Route(metric_name(fam.otel, fam.unit, fam.kind), fam.kind, fam.help, None,
-                         rename=tuple((a, label_name(a)) for a in fam.attributes))
-        return Route(PREFIXES[0] + fam.stem, fam.kind, fam.help, None, rename=tuple(zip(fam.attributes, fam.labels)))
+        name, labels = fam.exposed(otel=self.profile.name == "otel")
+        return Route(name, fam.kind, fam.help, None, rename=tuple(zip(fam.attributes, labels)))
 
     def _profile_route(self, inst: Instrument, fam: ProfileFamily) -> Route:
         # The series a server pre-creates (emit_empty), except where it depends on what the collector

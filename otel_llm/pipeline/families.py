@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from otel_llm.canonical.instruments import Kind
+from otel_llm.shim.prometheus_naming import label_name, metric_name
 
 PREFIXES = ("vllm_omni:", "vllm:omni_")  # vLLM-Omni's (the default), and its design's first release
 
@@ -77,6 +78,13 @@ class PipelineFamily(NamedTuple):
     def attributes(self) -> tuple[str, ...]:
         """Its labels' OTel attributes, in order."""
         return tuple(ATTRIBUTES[label] for label in self.labels)
+
+    def exposed(self, otel: bool, prefix: str = PREFIXES[0]) -> tuple[str, tuple[str, ...]]:
+        """Its Prometheus name (a counter's without `_total`) and label names, in order: vLLM-Omni's
+        under `prefix`, or with `otel` its OTel instrument's as the OTel Prometheus rules write them."""
+        if otel:
+            return metric_name(self.otel, self.unit, self.kind), tuple(label_name(a) for a in self.attributes)
+        return prefix + self.stem, self.labels
 
 
 RUNNING = PipelineFamily("num_requests_running", Kind.GAUGE,

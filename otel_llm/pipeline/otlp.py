@@ -13,14 +13,14 @@ from opentelemetry.sdk.metrics.export import (
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, Sum,
 )
 
-from otel_llm.canonical.cardinality import OVERFLOW_ATTRIBUTE
+from otel_llm.canonical.cardinality import OVERFLOW_ATTRIBUTE, OVERFLOW_LABEL
 from otel_llm.canonical.instruments import Kind
 from otel_llm.pipeline.families import ATTRIBUTES
 from otel_llm.pipeline.series import SeriesSnapshot
 
 
 def _attributes(pairs) -> dict:
-    if len(pairs) == 1 and pairs[0][0] == "otel_metric_overflow":
+    if pairs == (OVERFLOW_LABEL,):
         return {OVERFLOW_ATTRIBUTE: True}
     return {ATTRIBUTES[label]: value for label, value in pairs}
 

@@ -21,10 +21,7 @@ import numpy as np
 from otel_llm.canonical.cardinality import OVERFLOW, OVERFLOW_LABEL, CardinalityLimiter
 from otel_llm.canonical.instruments import Kind
 from otel_llm.export.exposition import family_header, format_value, label_text
-from otel_llm.pipeline.families import ATTRIBUTES, PipelineFamily
-from otel_llm.shim.prometheus_naming import label_name, metric_name
-
-_OTEL_LABELS = {label: label_name(attr) for label, attr in ATTRIBUTES.items()}  # vLLM-Omni's label -> otel's
+from otel_llm.pipeline.families import PipelineFamily
 
 
 class SeriesSnapshot(NamedTuple):
@@ -98,8 +95,9 @@ def series_lines(lines: list[str], snap: SeriesSnapshot, openmetrics: bool, otel
     fam, name = snap.family, snap.name
     rows = snap.rows
     if otel:
-        name = metric_name(fam.otel, fam.unit, fam.kind)
-        rows = [(tuple((_OTEL_LABELS.get(k, k), v) for k, v in pairs), value) for pairs, value in rows]
+        name, labels = fam.exposed(otel=True)
+        rows = [(pairs if pairs == (OVERFLOW_LABEL,) else tuple(zip(labels, (v for _, v in pairs))), value)
+                for pairs, value in rows]
     family_header(lines, name, fam.kind, fam.help, openmetrics)
     if fam.kind is Kind.HISTOGRAM:
         bounds = [format_value(b) for b in fam.buckets] + ["+Inf"]

@@ -4,8 +4,9 @@
 `serving` to `OpenAIServing` as the audio hook, appends `render` to `/metrics` (the pipeline
 families after the stage engine's `vllm:*`, whose `engine` label is then `stage="0", replica="0"`)
 and `close`s it at shutdown. Each stage's waiting requests are read at every read: the stage
-engine's scheduler (its `Telemetry`), and each talker replica's requests not started yet. With stats off (`--disable-log-stats`) the pipeline telemetry is
-disabled: it records nothing and renders no family.
+engine's scheduler (its `Telemetry`), and each talker replica's requests not started yet. With
+stats off (`--disable-log-stats`) the pipeline telemetry is disabled: it records nothing and
+renders no family.
 """
 
 from __future__ import annotations

@@ -213,8 +213,11 @@ class PipelineServing:
                                    [outcome.reason], self._usage(p, outcome))
         if p.timings:
             body["timings"] = outcome.timings
-        return _AudioResponse(body, lambda: (preq.audio_chunk(STAGE_TALKER, session.replica.name, len(data)),
-                                             self._finish(p, preq, outcome)), preq)
+
+        def sent() -> None:  # the body went out: its PCM as one chunk, then the finish
+            preq.audio_chunk(STAGE_TALKER, session.replica.name, len(data))
+            self._finish(p, preq, outcome)
+        return _AudioResponse(body, sent, preq)
 
     @staticmethod
     def _finish(p, preq, outcome: _Outcome) -> None:
