@@ -23,13 +23,15 @@ apply (`otel_llm.frontend.span_limits`), with string values cut at 4096 characte
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler
+from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.status import Status, StatusCode
 
@@ -58,6 +60,30 @@ def capture_content_from_env() -> bool:
     return v in ("true", "span_only", "span_and_event")
 
 
+def sampled_context(trace_id: int, span_id: int, remote: bool = False) -> SpanContext:
+    """A sampled `SpanContext` of ids known valid (from the provider's generator or a parsed
+    `traceparent`): SpanContext's own tuple, without its range checks per span (a test holds the
+    two equal)."""
+    return tuple.__new__(SpanContext, (trace_id, span_id, remote, _SAMPLED, DEFAULT_TRACE_STATE, True))
+
+
+def _fixed_root_decision(sampler) -> bool | None:
+    """Whether `sampler` samples every new root span (ALWAYS_ON / ALWAYS_OFF, alone or as the root of
+    ParentBased, the SDK's default), or None when that depends on the span (a ratio, a custom sampler)."""
+    return _fixed_decision(sampler) if type(sampler) in (ParentBased, StaticSampler) else None
+
+
+@functools.lru_cache(maxsize=32)
+def _fixed_decision(sampler: ParentBased | StaticSampler) -> bool | None:
+    if type(sampler) is StaticSampler:
+        return sampler.should_sample(None, 1, "").decision.is_sampled()
+    description = sampler.get_description()
+    for fixed, sampled in (("AlwaysOnSampler", True), ("AlwaysOffSampler", False)):
+        if description.startswith(f"ParentBased{{root:{fixed},"):
+            return sampled
+    return None
+
+
 def new_span_identity(provider: TracerProvider, headers: dict[str, str] | None, name: str,
                       kind: SpanKind) -> tuple[int, int, SpanContext | None, bool]:
     """(trace id, span id, parent, sampled) of a new span: a child of `headers`' W3C
@@ -68,6 +94,8 @@ def new_span_identity(provider: TracerProvider, headers: dict[str, str] | None, 
     if parent is not None and not parent.is_valid:
         parent = None
     ids = provider.id_generator
+    if parent is None and (fixed := _fixed_root_decision(provider.sampler)) is not None:
+        return ids.generate_trace_id(), ids.generate_span_id(), None, fixed  # a root: no sampler call per span
     trace_id = parent.trace_id if parent else ids.generate_trace_id()
     decision = provider.sampler.should_sample(parent_ctx, trace_id, name, kind)
     return trace_id, ids.generate_span_id(), parent, decision.decision.is_sampled()
@@ -87,6 +115,8 @@ class RequestTracer:
         self._resource = provider.resource
         self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
         self._child_attrs: dict[str, dict] = {}  # operation -> the child spans' attributes
+        self._fixed = self._limits.attributes({"gen_ai.provider.name": provider_name,  # bounded once
+                                               "gen_ai.request.model": model_name})
 
     def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
@@ -130,14 +160,16 @@ class RequestTracer:
         info = b.infos[i]
         reason = _REASONS[reason]
         op = info.operation
-        ctx = SpanContext(trace_id, span_id, False, _SAMPLED)
-        parent = SpanContext(trace_id, parent_id, True, _SAMPLED) if parent_id else None
+        ctx = sampled_context(trace_id, span_id)
+        parent = sampled_context(trace_id, parent_id, True) if parent_id else None
         start, end = arrival + f_off, finish_recv + f_off
+        fixed = self._fixed
+        model = fixed["gen_ai.request.model"]
         attrs = {
             "gen_ai.operation.name": op,
-            "gen_ai.provider.name": self.provider_name,
-            "gen_ai.request.model": self.model_name,
-            "gen_ai.response.model": self.model_name,
+            "gen_ai.provider.name": fixed["gen_ai.provider.name"],
+            "gen_ai.request.model": model,
+            "gen_ai.response.model": model,
             "gen_ai.request.id": info.request_id,
             "gen_ai.response.id": info.request_id,
             "gen_ai.response.finish_reasons": (reason.label,),
@@ -161,10 +193,13 @@ class RequestTracer:
             attrs["gen_ai.request.choice.count"] = info.n
         if info.stream:
             attrs["gen_ai.request.stream"] = True
+        strings = [op, info.request_id]  # the values that may be too long: all but the fixed ones
         if info.lora_name:
-            attrs[ADAPTER_ATTRIBUTE] = str(info.lora_name)
+            attrs[ADAPTER_ATTRIBUTE] = lora = str(info.lora_name)
+            strings.append(lora)
         if info.stop_sequences:
             attrs["gen_ai.request.stop_sequences"] = tuple(info.stop_sequences)
+            strings = None  # check every value
         events = []
         if first_recv:  # the event where TTFT puts it: when this frontend had the first token
             attrs["gen_ai.latency.time_to_first_token"] = (first_recv - arrival) * 1e-9
@@ -181,8 +216,10 @@ class RequestTracer:
             if steps["forward_ns"][i]:
                 attrs["gen_ai.latency.time_in_model_forward"] = int(steps["forward_ns"][i]) * 1e-9
 
-        events.extend(Event("preempted", {}, t + e_off) for t in b.preemption_ts[i])
+        if b.preemption_ts[i]:
+            events.extend(Event("preempted", {}, t + e_off) for t in b.preemption_ts[i])
         if self.capture_content:
+            strings = None
             if info.input_messages is not None:
                 attrs["gen_ai.input.messages"] = info.input_messages
             if b.outputs[i] is not None:  # one text per choice (n > 1 sequences)
@@ -195,7 +232,8 @@ class RequestTracer:
             status = Status(StatusCode.ERROR, f"request finished with {reason.label}")
         kind = SpanKind.INTERNAL if parent else SpanKind.SERVER
         limits = self._limits
-        spans = [ReadableSpan(f"{op} {self.model_name}", ctx, parent, self._resource, limits.attributes(attrs),
+        attrs = limits.attributes(attrs, strings)
+        spans = [ReadableSpan(f"{op} {self.model_name}", ctx, parent, self._resource, attrs,
                               limits.events(events), (), kind, None, status, start, end, _SCOPE)]
         if valid:
             ids = self.provider.id_generator
@@ -203,7 +241,7 @@ class RequestTracer:
             if child_attrs is None:
                 child_attrs = self._child_attrs[op] = limits.attributes({"gen_ai.operation.name": op})
             for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last)):
-                child = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
+                child = sampled_context(trace_id, ids.generate_span_id())
                 spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
                                           SpanKind.INTERNAL, None, _UNSET, t0 + e_off, t1 + e_off, _SCOPE))
         for span in reversed(spans):  # children first, like live spans ending

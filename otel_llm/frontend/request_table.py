@@ -438,12 +438,13 @@ class RequestTable:
 
         A request in a run output one token in every output step after its `mat_seq`; those
         steps' durations are in `_step_delta` (from `_run_base` on; `checkpoint` restarts it)."""
+        slots = slots[self.in_run[slots]]
+        if len(slots) > 16:
+            return self._materialise_many(slots)
         deltas, cap, counts, ns = self._step_delta, MAX_RESPONSE_INDEX, self.resp_count, self.resp_ns
-        in_run, chunks, mat_seq, last = self.in_run, self.chunks, self.mat_seq, self.last
+        chunks, mat_seq, last = self.chunks, self.mat_seq, self.last
         steps = self.seq - self._run_base
-        for slot in slots.tolist():  # scalar work per request: a few requests, or a checkpoint
-            if not in_run[slot]:
-                continue
+        for slot in slots.tolist():  # scalar work per request: cheaper for a few
             since = int(mat_seq[slot]) - self._run_base
             c, k = int(chunks[slot]), steps - since  # deferred outputs: indices c .. c+k-1
             end = min(c + k, cap)
@@ -454,6 +455,26 @@ class RequestTable:
             chunks[slot] = c + k
             last[slot] = self.last_step_ts
             mat_seq[slot] = self.seq
+
+    def _materialise_many(self, slots: np.ndarray) -> None:
+        """`_materialise` of many requests at once: each one's deferred responses c .. end-1 laid out
+        in one index array (`n` per request), counted and timed with a bincount each."""
+        cap = MAX_RESPONSE_INDEX
+        since = self.mat_seq[slots].astype(np.int64) - self._run_base
+        c = self.chunks[slots].astype(np.int64)
+        k = (self.seq - self._run_base) - since
+        end = np.minimum(c + k, cap)
+        n = np.maximum(end - c, 0)
+        total = int(n.sum())
+        if total:
+            j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)  # 0 .. n-1 within each request
+            index = np.repeat(c, n) + j
+            self.resp_count += np.bincount(index, minlength=cap + 1)
+            self.resp_ns += np.bincount(index, weights=self._step_delta[np.repeat(since, n) + j], minlength=cap + 1)
+        self.resp_count[cap] += int((c + k - np.maximum(end, c)).sum())  # past the cap
+        self.chunks[slots] = c + k
+        self.last[slots] = self.last_step_ts
+        self.mat_seq[slots] = self.seq
 
     def checkpoint(self) -> None:
         """Materialise every running request and restart the run timeline (before reading

@@ -40,12 +40,14 @@ class SpanLimiter:
         length = limits.max_span_attribute_length
         self.max_value_length: int = DEFAULT_VALUE_LENGTH if length is None else length
 
-    def attributes(self, attributes: dict):
+    def attributes(self, attributes: dict, strings: list | None = None):
         """`attributes` itself when within the limits (the per-span cost: one pass over the values),
-        else a bounded copy. Values are str, numbers, bools or tuples of those (as these spans use)."""
+        else a bounded copy. Values are str, numbers, bools or tuples of those (as these spans use).
+        `strings`: the only values that may be too long, when the caller knows (the others fixed and
+        bounded once): only they are checked."""
         n, most = self.max_value_length, self.max_attributes
         fits = most is None or len(attributes) <= most
-        if fits and not _too_long(attributes, n):
+        if fits and not (_too_long(attributes, n) if strings is None else _any_too_long(strings, n)):
             return attributes
         cut = {key: _cut(value, n) for key, value in attributes.items()}
         if fits:
@@ -74,6 +76,13 @@ def _too_long(attributes: dict, n: int) -> bool:
             for item in value:
                 if type(item) is str and len(item) > n:
                     return True
+    return False
+
+
+def _any_too_long(strings: list, n: int) -> bool:
+    for value in strings:
+        if type(value) is str and len(value) > n:
+            return True
     return False
 
 

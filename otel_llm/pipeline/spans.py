@@ -15,10 +15,10 @@ Threads: `start` and `emit` may be called from any thread (the SDK's processors 
 from __future__ import annotations
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
-from opentelemetry.trace import SpanContext, SpanKind
+from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_llm.frontend.request_spans import _SAMPLED, _SCOPE, new_span_identity
+from otel_llm.frontend.request_spans import _SCOPE, new_span_identity, sampled_context
 from otel_llm.frontend.span_limits import SpanLimiter
 
 
@@ -44,9 +44,9 @@ class PipelineTracer:
         reason, end = req.finished
         off, limits = self._offset, self._limits
         resource, ids = self.provider.resource, self.provider.id_generator
-        root = SpanContext(trace_id, span_id, False, _SAMPLED)
+        root = sampled_context(trace_id, span_id)
         if parent is not None:
-            parent = SpanContext(trace_id, parent.span_id, True, _SAMPLED)
+            parent = sampled_context(trace_id, parent.span_id, True)
         attrs = {
             "gen_ai.provider.name": self.provider_name,
             "gen_ai.request.model": self.model_name,
@@ -63,7 +63,7 @@ class PipelineTracer:
                               end + off, _SCOPE)]
 
         def child(name, start, stop, attributes, events=()):
-            ctx = SpanContext(trace_id, ids.generate_span_id(), False, _SAMPLED)
+            ctx = sampled_context(trace_id, ids.generate_span_id())
             spans.append(ReadableSpan(name, ctx, root, resource, limits.attributes(attributes), limits.events(events),
                                       (), SpanKind.INTERNAL, None, Status(StatusCode.UNSET), start + off, stop + off,
                                       _SCOPE))

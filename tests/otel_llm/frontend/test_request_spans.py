@@ -1,8 +1,13 @@
 """Span trees: shape, attributes, timestamps consistent with the metrics, traceparent, content opt-in."""
 
-from opentelemetry.trace import SpanKind
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from otel_llm import FinishReason, RequestInfo
+from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE
+from otel_llm.frontend.request_spans import RequestTracer, sampled_context
 from tests.otel_llm.conftest import Harness
 from tests.otel_llm.frontend.test_request_table import MS, S, run_timeline
 
@@ -65,6 +70,35 @@ def test_unsampled_parent_means_no_spans():
     assert h.exporter.get_finished_spans() == ()
 
 
+@pytest.mark.parametrize("sampler,sampled", [
+    (ALWAYS_ON, 2000), (ALWAYS_OFF, 0), (ParentBased(ALWAYS_ON), 2000), (ParentBased(ALWAYS_OFF), 0),
+    (TraceIdRatioBased(0.25), None), (ParentBased(TraceIdRatioBased(0.25)), None)])
+def test_root_requests_are_sampled_as_the_providers_sampler_decides(sampler, sampled):
+    """A fixed root decision is taken once per sampler (no sampler call per request); a ratio still
+    decides per trace id; a sampled parent is followed whatever the root decision."""
+    provider = TracerProvider(sampler=sampler)
+    tracer = RequestTracer(provider, "m", "otel_llm", False, (0, 0))
+    got = sum(tracer.start(RequestInfo(f"r{i}", 3), "chat")[2] != 0 for i in range(2000))
+    if sampled is None:
+        assert 400 < got < 600  # 25% of 2000, by trace id
+    else:
+        assert got == sampled
+    child = tracer.start(RequestInfo("c", 3, trace_headers={"traceparent": TRACEPARENT}), "chat")
+    assert (child[2] != 0) == (type(sampler) is ParentBased or sampler is ALWAYS_ON)
+    assert child[3] == int("b7ad6b7169203331", 16)
+
+
+def test_sampled_context_is_the_sdks_span_context():
+    """`sampled_context` builds SpanContext's tuple directly: it must stay equal to the checked one."""
+    for remote in (False, True):
+        built = sampled_context(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, remote)
+        sdk = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, remote,
+                          TraceFlags(TraceFlags.SAMPLED))
+        assert built == sdk and type(built) is SpanContext
+        assert (built.is_valid, built.is_remote, built.trace_flags.sampled, built.trace_state) == \
+            (True, remote, True, sdk.trace_state)
+
+
 def test_content_capture_is_opt_in(monkeypatch):
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
     h = Harness()
@@ -92,6 +126,17 @@ def test_request_fields_are_cut_at_4096_characters_by_default(h):
     assert a["gen_ai.request.stop_sequences"] == ("x" * 4096, "short")  # element-wise
     assert a["gen_ai.request.id"] == "i" * 4096
     assert a["gen_ai.request.model"] == "m" and a["gen_ai.usage.input_tokens"] == 3
+
+
+def test_every_long_string_is_cut_without_stop_sequences():
+    """Without stop sequences or captured content only the request's own strings are checked per span
+    (the model and provider names are bounded once): each of them is still cut."""
+    h = Harness(model_name="M" * 5000)
+    a = finish_one(h, RequestInfo("i" * 5000, 3, operation="o" * 5000, lora_name="l" * 5000)).attributes
+    assert a["gen_ai.request.id"] == a["gen_ai.response.id"] == "i" * 4096
+    assert a["gen_ai.operation.name"] == "o" * 4096
+    assert a["gen_ai.request.model"] == a["gen_ai.response.model"] == "M" * 4096
+    assert a[ADAPTER_ATTRIBUTE] == "l" * 4096
 
 
 def test_value_length_limit_from_the_environment(monkeypatch):

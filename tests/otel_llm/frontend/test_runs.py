@@ -27,7 +27,8 @@ def h(h_any):
 class Reference:
     """Per-token bookkeeping, the obvious way."""
 
-    def __init__(self):
+    def __init__(self, cap: int):
+        self.cap = cap  # response indices kept (Triton's response_stats); past it only counted
         self.itl: list[int] = []
         self.responses: dict[int, list[int]] = {}  # index -> [count, ns]
         self.batches: dict[int, list[int]] = {}  # batch size -> [count, ns]
@@ -48,32 +49,37 @@ class Reference:
             else:
                 ns = ts - r["last"]
                 self.itl.append(ns)
-            resp = self.responses.setdefault(r["chunks"], [0, 0])
-            resp[0] += 1
-            resp[1] += ns
+            if r["chunks"] < self.cap:
+                resp = self.responses.setdefault(r["chunks"], [0, 0])
+                resp[0] += 1
+                resp[1] += ns
             r["chunks"] += 1
             r["gen"] += n
             r["last"] = ts
 
 
-@pytest.mark.parametrize("seed,run_steps", [(1, 4096), (2, 8), (3, 16), (4, 5)])
-def test_run_path_matches_per_token_reference(monkeypatch, seed, run_steps):
+@pytest.mark.parametrize("seed,run_steps,most_running,cap", [
+    (1, 4096, 12, rt.MAX_RESPONSE_INDEX), (2, 8, 12, rt.MAX_RESPONSE_INDEX), (3, 16, 12, rt.MAX_RESPONSE_INDEX),
+    (4, 5, 12, rt.MAX_RESPONSE_INDEX),
+    (5, 16, 48, rt.MAX_RESPONSE_INDEX), (6, 4096, 48, 20)])  # many requests per update; a small response cap
+def test_run_path_matches_per_token_reference(monkeypatch, seed, run_steps, most_running, cap):
     monkeypatch.setattr(rt, "_RUN_STEPS", run_steps)  # force frequent run-timeline checkpoints
+    monkeypatch.setattr(rt, "MAX_RESPONSE_INDEX", cap)
     rng = random.Random(seed)
     hs = Harness(tracing=False)
-    ref = Reference()
+    ref = Reference(cap)
     t = 1_000_000_000
     waiting: list[int] = []
     running: list[int] = []
     for step in range(400):
         t += rng.randint(1_000_000, 60_000_000)
         rec = hs.at(t)
-        for _ in range(rng.choice((0, 0, 0, 1, 2))):  # arrivals
+        for _ in range(rng.choice((0, 0, 0, 1, 2) if most_running <= 12 else (0, 2, 4, 6))):  # arrivals
             h = hs.tel.arrival(RequestInfo(f"r{step}", rng.randint(1, 50), "chat", max_tokens=64))
             rec.queued(h)
             ref.req[h] = {"sched": 0, "first": 0, "last": 0, "chunks": 0, "gen": 0}
             waiting.append(h)
-        while waiting and len(running) < 12 and rng.random() < 0.7:  # admissions
+        while waiting and len(running) < most_running and rng.random() < 0.7:  # admissions
             h = waiting.pop(0)
             rec.scheduled(h)
             ref.req[h]["sched"] = ref.req[h]["sched"] or t
