@@ -28,7 +28,8 @@ all in the same run (ratios are what matter on a shared, noisy machine):
   step summary), `us_per_step_traced_timed` the lane's own work on that loop timed call by call
   (`lane_work_us_per_step`; a request finishing every step, and every 2 steps), and the OTLP bytes of
   the window spans per step (`export_bytes_per_step`; x100: `export_bytes_per_s_at_100_steps`).
-- exposition_ms: rendering a vLLM-scale payload (every family x 8 engines).
+- exposition_ms: rendering a vLLM-scale payload (every family x 8 engines), text format 0.0.4;
+  `exposition_ms_openmetrics` the same in OpenMetrics (exemplars copied and shown).
 - otlp_encode_us_per_span: OTLP/protobuf encoding of those span trees, otel_llm's
   direct encoder (what the server's exporter uses) vs the SDK's encoder.
 
@@ -242,7 +243,9 @@ def otlp_encode_us_per_span(spans, reps: int) -> tuple[float, float]:
     return best(encode_spans), best(lambda s: sdk_encode_spans(s).SerializeToString())
 
 
-def otel_llm_exposition(engines: int, reps: int) -> tuple[float, int]:
+def otel_llm_exposition(engines: int, reps: int, openmetrics: bool = False) -> tuple[float, int]:
+    """Median ms of a /metrics render of `engines` engines, each source's snapshot included, as the server
+    takes it: in text format without the exemplars (which it does not show), in OpenMetrics with them."""
     tels = []
     rng = np.random.default_rng(0)
     for e in range(engines):
@@ -264,7 +267,7 @@ def otel_llm_exposition(engines: int, reps: int) -> tuple[float, int]:
     times = []
     for _ in range(reps):
         t0 = time.perf_counter_ns()
-        body = renderer.render([t.source() for t in tels])
+        body = renderer.render([t.source(exemplars=openmetrics) for t in tels], openmetrics)
         times.append((time.perf_counter_ns() - t0) / 1e6)
     return statistics.median(times), body.count(b"\n")
 
@@ -328,6 +331,7 @@ def main() -> None:
     ours_req, spans = min((otel_llm_request_path(c, rounds) for _ in range(2)), key=lambda x: x[0])
     ours_staggered = min(otel_llm_staggered_path(64, rounds * 250) for _ in range(2))
     ours_expo, lines = otel_llm_exposition(8, reps)
+    ours_expo_om, _ = otel_llm_exposition(8, reps, openmetrics=True)
     goodput = goodput_cost_us(c, rounds, 3)
     lane = lane_cost(rounds * 250, 3)
     encode_ours, encode_sdk = otlp_encode_us_per_span(spans[:2048], max(reps // 5, 3))
@@ -348,6 +352,7 @@ def main() -> None:
         "per_request_us": round(ours_req, 2),
         "per_request_us_staggered": round(ours_staggered, 2),
         "exposition_ms": round(ours_expo, 3),
+        "exposition_ms_openmetrics": round(ours_expo_om, 3),
         "goodput": goodput,
         "lane": lane,
         "exposition_lines": lines,
@@ -368,9 +373,9 @@ def main() -> None:
             "per_token_ns<=100": ours_tok <= 100,
             "per_token>=20x_prometheus_client": prom_tok / ours_tok >= 20,
             "per_token>=100x_naive_otel": naive_tok / ours_tok >= 100,
-            "per_request_us<=60": ours_req <= 60,
+            "per_request_us<=25": ours_req <= 25,  # issue 38's (the first target was 60)
             "per_request>=3x_naive_otel": naive_req / ours_req >= 3,
-            "exposition_ms<=5": ours_expo <= 5,
+            "exposition_ms<=2": ours_expo <= 2,  # issue 38's (the first target was 5)
             "goodput_added_us_per_request<=1": goodput["added_us_per_request"] <= 1,
             "lane_us_per_step<=2": lane["us_per_step"] <= 2,
         },

@@ -50,7 +50,7 @@ def make_metrics_app(telemetries, profile: str = "vllm", own: Callable[[], Itera
 
     def render(openmetrics: bool, compat: str) -> tuple[bytes, bool]:
         """(the exposition, whether it is OpenMetrics: not for profiles of text-only servers)"""
-        sources = [t.source() for t in telemetries if t.enabled]
+        sources = [t.source(exemplars=openmetrics) for t in telemetries if t.enabled]  # text shows none
         families = tuple(own()) if own is not None else ()
         with lock:
             renderer = renderers.get(compat)

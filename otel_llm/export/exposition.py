@@ -140,7 +140,8 @@ class Renderer:
         if inst.kind is Kind.HISTOGRAM and not fam.part and not np.array_equal(fine[pos[pos < len(fine)]], coarse):
             raise ValueError(f"{fam.name}: buckets {coarse.tolist()} are not a subset of {fine.tolist()}")
         for pairs, series in groups:
-            series = int(series[0]) if len(series) == 1 else series  # one series: plain indexing, no copy
+            # one series: plain indexing; all of them: a slice (neither copies)
+            series = int(series[0]) if len(series) == 1 else slice(None) if len(series) == inst.num_series else series
             lab = label_text(base + pairs)
             if inst.kind is Kind.HISTOGRAM and not fam.part:
                 sep = "," if lab else ""
@@ -151,7 +152,7 @@ class Renderer:
             else:
                 suffix = self.profile.counter_suffix if fam.kind(inst) is Kind.COUNTER else ""
                 out.append((series, f"{fam.name}{suffix}{{{lab}}} " if lab else f"{fam.name}{suffix} "))
-        prepared = (out, pos)
+        prepared = (out, np.append(pos, len(fine)))  # each shown bucket's last fine one, then +Inf's
         self._cache[key] = prepared
         return prepared
 
@@ -184,7 +185,7 @@ class Renderer:
             scale = fam.scale
             merged: dict[str, float] = {}  # a `base` family's series, summed over sources it does not tell apart
             for src, inst in members:
-                prepared, pos = self._prepared(src, fam, inst)
+                prepared, ends = self._prepared(src, fam, inst)
                 empty = self.profile.emit_empty or not inst.dims or inst.name in DECLARED_AT_ZERO
                 if fam.part:
                     h = src.snapshot.histograms[inst.name]
@@ -193,7 +194,7 @@ class Renderer:
                     lines.extend(p + format_value(v * scale) for (_, p), v, n in zip(prepared, values, seen)
                                  if empty or n)
                 elif inst.kind is Kind.HISTOGRAM:
-                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, pos, openmetrics, empty,
+                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, ends, openmetrics, empty,
                                     scale)
                 elif inst.kind is Kind.COUNTER and fam.base is not None:
                     for (_, p), v in zip(prepared, _totals(src.snapshot.counters[inst.name], prepared)):
@@ -291,24 +292,27 @@ class Renderer:
         return (SelfFamily(OVERFLOW_FAMILY, Kind.COUNTER, OVERFLOW_HELP, samples),) if samples else ()
 
     @staticmethod
-    def _histogram(lines: list[str], h: HistogramSnapshot, prepared, pos: np.ndarray, openmetrics: bool,
+    def _histogram(lines: list[str], h: HistogramSnapshot, prepared, ends: np.ndarray, openmetrics: bool,
                    empty: bool, scale: float = 1.0) -> None:
-        nb = h.counts.shape[1]
+        """`ends`: the fine bucket each shown bucket ends at; a cumulative count is read at each."""
+        counts, sums = h.counts, h.sums
         for series, prefixes, p_sum, p_count in prepared:
             one = type(series) is int  # else the series the family sums into one
-            cum = (h.counts[series] if one else h.counts[series].sum(axis=0)).cumsum()
-            total = int(cum[-1])
+            values = _accumulate(counts[series] if one else _reduce(counts[series], 0))[ends].tolist()
+            total = values[-1]
             if not empty and not total:
                 continue
-            values = cum[pos].tolist()
-            values.append(total)
             if openmetrics and h.exemplars is not None:
-                ex = _exemplars(h, np.atleast_1d(series), pos, nb, scale)
+                ex = _exemplars(h, np.arange(len(counts))[series] if type(series) is slice else np.atleast_1d(series),
+                                ends, scale)
                 lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
             else:
-                lines.extend(p + str(v) for p, v in zip(prefixes, values))
-            lines.append(p_sum + format_value((h.sums[series] if one else h.sums[series].sum()) * scale))
+                lines.extend(map(str.__add__, prefixes, map(str, values)))
+            lines.append(p_sum + format_value((sums[series] if one else _reduce(sums[series])) * scale))
             lines.append(p_count + str(total))
+
+
+_reduce, _accumulate = np.add.reduce, np.add.accumulate  # (as .sum() and .cumsum(), without their wrappers)
 
 
 def _totals(values: np.ndarray, prepared) -> list[float]:
@@ -347,24 +351,28 @@ def self_family_lines(lines: list[str], families, openmetrics: bool) -> None:
                      for labels, v in fam.samples)
 
 
-def _exemplars(h: HistogramSnapshot, series: np.ndarray, pos: np.ndarray, nb: int, scale: float) -> list[str]:
-    """Per coarse bucket, the latest exemplar among its fine buckets (OpenMetrics suffix or '')."""
+def _exemplars(h: HistogramSnapshot, series: np.ndarray, ends: np.ndarray, scale: float) -> list[str]:
+    """Per coarse bucket (fine buckets up to each of `ends`), the latest exemplar among its fine buckets
+    and `series` (OpenMetrics suffix, or ''); of equally recent ones, the first series' first bucket."""
     trace, value, when = h.exemplars
+    nb = h.counts.shape[1]
+    w = when.reshape(-1, nb)[series]  # [series, fine bucket]
+    latest = w.max(axis=0)
+    first_row = (w == latest).argmax(axis=0).tolist()  # per fine bucket, the first series that has it
+    latest = latest.tolist()
+    rows = series.tolist()
     out = []
     lo = 0
-    for hi in list(pos.tolist()) + [nb - 1]:
-        best, best_t = None, 0
-        for s in series.tolist():
-            idx = s * nb + np.arange(lo, hi + 1)
-            k = int(np.argmax(when[idx]))
-            if when[idx[k]] > best_t:
-                best, best_t = idx[k], int(when[idx[k]])
-        if best is None:
+    for hi in ends.tolist():
+        t = max(latest[lo:hi + 1])
+        if t <= 0:
             out.append("")
         else:
+            row, b = min((first_row[b], b) for b in range(lo, hi + 1) if latest[b] == t)
+            best = rows[row] * nb + b
             hi_, lo_, span = (int(x) for x in trace[best][:3])
             out.append(f' # {{trace_id="{(hi_ << 64 | lo_):032x}",span_id="{span:016x}"}} '
-                       f"{format_value(value[best] * scale)} {best_t / 1e9:.3f}")
+                       f"{format_value(value[best] * scale)} {t / 1e9:.3f}")
         lo = hi + 1
     return out
 

@@ -263,19 +263,20 @@ class Telemetry:
                 self.tracer.emit(finished, self._engine_anchor, self._step_summaries(finished))
         self.table.judge()
 
-    def snapshot(self) -> MetricsSnapshot:
+    def snapshot(self, exemplars: bool = True) -> MetricsSnapshot:
         with self._lock:
             self._fold()
             self.metrics.counters["otel_llm.telemetry.dropped"][0] = sum(self.table.dropped.values()) + self.lane.dropped
-            return self.metrics.snapshot(time.time_ns())
+            return self.metrics.snapshot(time.time_ns(), exemplars)
 
     def lora_snapshot(self) -> LoraSnapshot | None:
         with self._lock:
             return self.lora.snapshot()
 
-    def source(self) -> Source:
+    def source(self, exemplars: bool = True) -> Source:
+        """What a render reads; `exemplars=False` for one that does not show them (text format 0.0.4)."""
         stage, replica = self.config.stage_replica or ("", "")
-        return Source(self.snapshot(), self.table_spec, self.config.model_name, self.config.engine, self.cache_config,
+        return Source(self.snapshot(exemplars), self.table_spec, self.config.model_name, self.config.engine, self.cache_config,
                       self.config.model_version, self.lora_snapshot(), stage=stage, replica=replica)
 
     def render(self, openmetrics: bool = False, profile: str | None = None) -> bytes:
@@ -286,7 +287,7 @@ class Telemetry:
         renderer = self._renderers.get(name)
         if renderer is None:
             renderer = self._renderers[name] = Renderer(self.config.profile(name), self.config.cardinality_limit)
-        return renderer.render([self.source()], openmetrics)
+        return renderer.render([self.source(exemplars=openmetrics)], openmetrics)
 
     @property
     def metrics_app(self):

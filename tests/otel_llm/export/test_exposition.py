@@ -1,5 +1,6 @@
 """The shim's exposition: vLLM's exact families, parseable text/OpenMetrics, promtool, exemplars."""
 
+import numpy as np
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -7,7 +8,9 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.canonical import instruments as I
 from otel_llm.canonical.instruments import Kind
-from otel_llm.export.exposition import SelfFamily, negotiate, self_family_lines
+from otel_llm.canonical.metrics_state import HistogramSnapshot
+from otel_llm.export.exposition import SelfFamily, _exemplars, negotiate, self_family_lines
+from otel_llm.export.prom_families import go_float
 from tests.harness.prometheus import promtool_check_metrics
 
 S, MS = 1_000_000_000, 1_000_000
@@ -126,6 +129,45 @@ def test_openmetrics_parses_and_carries_exemplars(h):
     exemplars = [s.exemplar for s in e2e.samples if s.exemplar is not None]
     assert exemplars and all(e.labels["trace_id"] in trace_ids for e in exemplars)
     assert len(rids) == 5
+
+
+def _exemplars_reference(h, series, ends, scale):
+    """The obvious way: per coarse bucket, each series in order, its latest fine bucket; a later series
+    replaces the best only when strictly more recent."""
+    trace, value, when = h.exemplars
+    nb = h.counts.shape[1]
+    out, lo = [], 0
+    for hi in ends.tolist():
+        best, best_t = None, 0
+        for s in series.tolist():
+            idx = s * nb + np.arange(lo, hi + 1)
+            k = int(np.argmax(when[idx]))
+            if when[idx[k]] > best_t:
+                best, best_t = idx[k], int(when[idx[k]])
+        if best is None:
+            out.append("")
+        else:
+            hi_, lo_, span = (int(x) for x in trace[best][:3])
+            out.append(f' # {{trace_id="{(hi_ << 64 | lo_):032x}",span_id="{span:016x}"}} '
+                       f"{go_float(value[best] * scale)} {best_t / 1e9:.3f}")
+        lo = hi + 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_exemplar_choice_matches_the_reference_ties_included(seed):
+    """The vectorised choice of each coarse bucket's exemplar equals the per-series loop, with many
+    exemplars sharing one time (one flush stamps them all with the same time)."""
+    rng = np.random.default_rng(seed)
+    n_series, nb = int(rng.integers(1, 9)), int(rng.integers(2, 30))
+    when = rng.choice([0, 0, 0, 5 * S, 7 * S], size=n_series * nb).astype(np.int64)
+    trace = rng.integers(1, 2**63, size=(n_series * nb, 4)).astype(np.uint64)
+    value = rng.random(n_series * nb)
+    h = HistogramSnapshot(np.arange(nb - 1, dtype=float), np.zeros((n_series, nb), np.int64), np.zeros(n_series),
+                          np.zeros(n_series), np.zeros(n_series), (trace, value, when))
+    ends = np.append(np.sort(rng.choice(nb - 1, size=int(rng.integers(0, nb)), replace=False)), nb - 1)
+    series = np.sort(rng.choice(n_series, size=int(rng.integers(1, n_series + 1)), replace=False))
+    assert _exemplars(h, series, ends, 1e-9) == _exemplars_reference(h, series, ends, 1e-9)
 
 
 def test_content_negotiation():
