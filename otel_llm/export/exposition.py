@@ -148,7 +148,10 @@ class Renderer:
                 prefixes = [f'{fam.name}_bucket{{{lab}{sep}le="{format_value(b)}"}} ' for b in shown]
                 prefixes.append(f'{fam.name}_bucket{{{lab}{sep}le="+Inf"}} ')
                 braced = f"{{{lab}}}" if lab else ""
-                out.append((series, prefixes, f"{fam.name}_sum{braced} ", f"{fam.name}_count{braced} "))
+                p_sum, p_count = f"{fam.name}_sum{braced} ", f"{fam.name}_count{braced} "
+                template = "\n".join(p.replace("%", "%%") + "%d" for p in prefixes) + (  # all its lines at once
+                    f"\n{p_sum.replace('%', '%%')}%s\n{p_count.replace('%', '%%')}%d")
+                out.append((series, prefixes, p_sum, p_count, template))
             else:
                 suffix = self.profile.counter_suffix if fam.kind(inst) is Kind.COUNTER else ""
                 out.append((series, f"{fam.name}{suffix}{{{lab}}} " if lab else f"{fam.name}{suffix} "))
@@ -296,19 +299,21 @@ class Renderer:
                    empty: bool, scale: float = 1.0) -> None:
         """`ends`: the fine bucket each shown bucket ends at; a cumulative count is read at each."""
         counts, sums = h.counts, h.sums
-        for series, prefixes, p_sum, p_count in prepared:
+        exemplars = openmetrics and h.exemplars is not None
+        for series, prefixes, p_sum, p_count, template in prepared:
             one = type(series) is int  # else the series the family sums into one
             values = _accumulate(counts[series] if one else _reduce(counts[series], 0))[ends].tolist()
             total = values[-1]
             if not empty and not total:
                 continue
-            if openmetrics and h.exemplars is not None:
-                ex = _exemplars(h, np.arange(len(counts))[series] if type(series) is slice else np.atleast_1d(series),
-                                ends, scale)
-                lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
-            else:
-                lines.extend(map(str.__add__, prefixes, map(str, values)))
-            lines.append(p_sum + format_value((sums[series] if one else _reduce(sums[series])) * scale))
+            total_sum = format_value((sums[series] if one else _reduce(sums[series])) * scale)
+            if not exemplars:
+                lines.append(template % (*values, total_sum, total))  # the buckets, sum and count lines
+                continue
+            ex = _exemplars(h, np.arange(len(counts))[series] if type(series) is slice else np.atleast_1d(series),
+                            ends, scale)
+            lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
+            lines.append(p_sum + total_sum)
             lines.append(p_count + str(total))
 
 
