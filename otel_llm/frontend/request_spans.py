@@ -135,8 +135,10 @@ class RequestTracer:
             return 0
         traces = b.trace[sampled].tolist()
         rows = zip(*(getattr(b, c)[sampled].tolist() for c in _COLUMNS))  # Python ints: no numpy scalar per field
+        processors = getattr(self._processor, "_span_processors", None)  # the provider's, as of now
+        on_end = processors[0].on_end if processors is not None and len(processors) == 1 else self._processor.on_end
         for i, (hi, lo, span_id, parent_id), row in zip(sampled, traces, rows):
-            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps)
+            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps, on_end)
         return len(sampled)
 
     def emit_lane(self, cols: dict, engine_anchor: tuple[int, int], engine: str) -> None:
@@ -154,8 +156,9 @@ class RequestTracer:
                                             int(cols["end_ns"][-1]) + e_off, _SCOPE))
 
     def _emit_one(self, b: FinishedBatch, i: int, row: tuple, trace_id: int, span_id: int, parent_id: int,
-                  e_off: int, f_off: int, steps: dict | None) -> None:
-        """Request `i` of `b`, whose `_COLUMNS` values are `row`."""
+                  e_off: int, f_off: int, steps: dict | None, on_end) -> None:
+        """Request `i` of `b`, whose `_COLUMNS` values are `row`; its spans go to `on_end` (the provider's
+        span processor's, or its only processor's directly when it has one)."""
         reason, arrival, finish_recv, q, s, f, last, first_recv, num_prompt, num_gen, num_cached, npre, valid = row
         info = b.infos[i]
         reason = _REASONS[reason]
@@ -245,4 +248,4 @@ class RequestTracer:
                 spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
                                           SpanKind.INTERNAL, None, _UNSET, t0 + e_off, t1 + e_off, _SCOPE))
         for span in reversed(spans):  # children first, like live spans ending
-            self._processor.on_end(span)
+            on_end(span)
