@@ -49,6 +49,7 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _MASK64 = (1 << 64) - 1
 _UNSET = Status(StatusCode.UNSET)  # shared: spans are read-only
 _REASONS = {int(r): r for r in FinishReason}
+_REASON_LABELS = {r: (r.label,) for r in FinishReason}  # shared tuples of str: the attributes stay untracked by gc
 _FAILED = (FinishReason.ABORT, FinishReason.ERROR)
 _COLUMNS = ("reason", "arrival", "finish_recv", "queued", "sched", "first", "last", "first_recv", "num_prompt",
             "num_gen", "num_cached", "npre", "engine_valid")  # a FinishedBatch's, read per request
@@ -175,7 +176,7 @@ class RequestTracer:
             "gen_ai.response.model": model,
             "gen_ai.request.id": info.request_id,
             "gen_ai.response.id": info.request_id,
-            "gen_ai.response.finish_reasons": (reason.label,),
+            "gen_ai.response.finish_reasons": _REASON_LABELS[reason],
             "gen_ai.usage.input_tokens": num_prompt,
             "gen_ai.usage.output_tokens": num_gen,
             "gen_ai.usage.cache_read.input_tokens": num_cached,
