@@ -22,8 +22,9 @@ the events, a first token only stamps its request's slot, and a finished request
 being valid at once while its state stays in its slot, until `fold` applies the events and
 observes `fold_at` first tokens or finished requests together (a dozen histogram records cost
 about the same for one request or thirty) and frees the finished slots. The owner folds before
-every read (snapshot, Triton statistics), so a read never misses one; with a tracer, `fold_at` is
-1 and each request's spans are emitted at its finish.
+every read (snapshot, Triton statistics), so a read never misses one; with a tracer a sampled
+request's finish is folded at once, so its spans are emitted at its finish (unsampled ones wait
+for a batch like the rest).
 
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
 queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
@@ -119,9 +120,10 @@ class RequestTable:
     """Slot-indexed per-request arrays plus the step-application logic."""
 
     def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20,
-                 fold_batch: int = FOLD_BATCH):
+                 fold_batch: int = FOLD_BATCH, fold_sampled: bool = False):
         """`fold_batch`: first tokens and finished requests are folded into the aggregates this many
-        at a time (`fold`; 1: at once, as a tracer needs to emit each request's spans at its finish)."""
+        at a time (`fold`); `fold_sampled`: and a finish with a sampled request among them at once (a
+        tracer emits each sampled request's spans at its finish)."""
         if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
             raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
         self.metrics = metrics
@@ -150,6 +152,7 @@ class RequestTable:
         self.outputs: list[list[str] | None] = []
         self._free: list[int] = []
         self.fold_at = fold_batch
+        self.fold_sampled = fold_sampled
         self._retired: list[int] = []  # slots of finished requests not folded yet (see `fold`)
         self._firsts: list[int] = []  # slots whose first token is not folded yet
         self._pending_events: list[tuple] = []  # (slots, kind, ts, value, external) per step, not applied yet
@@ -547,7 +550,9 @@ class RequestTable:
         self.fin_max_seq[s] = max_seq
         self.num_active -= len(s)
         self._retired.extend(s.tolist())
-        return self.fold() if len(self._retired) >= self.fold_at else None
+        if len(self._retired) >= self.fold_at or (self.fold_sampled and self.trace[s, 2].any()):
+            return self.fold()
+        return None
 
     def _stamp_timings(self, s: np.ndarray, now_ns: int) -> None:
         """The timings of the finishing requests a response waits for (their columns are complete once

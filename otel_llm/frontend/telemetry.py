@@ -28,7 +28,7 @@ from otel_llm.frontend.engine_lane import EngineLane
 from otel_llm.frontend.lora import LoraRequests, LoraSnapshot
 from otel_llm.frontend.request import RequestInfo
 from otel_llm.frontend.request_spans import RequestTracer, capture_content_from_env
-from otel_llm.frontend.request_table import FOLD_BATCH, RequestTable, operation_index
+from otel_llm.frontend.request_table import RequestTable, operation_index
 from otel_llm.frontend.triton_stats import TritonStats
 from otel_llm.shim.profiles import aggregation_table
 from otel_llm.shim.vllm import HIDDEN_VLLM, hidden_version
@@ -71,7 +71,7 @@ class Telemetry:
         self.tracer = RequestTracer(provider, config.model_name, config.provider_name, capture, self.anchor) \
             if provider is not None else None
         # First tokens and finishes are folded in batches (and before every read), or one by one with spans.
-        self.table = RequestTable(self.metrics, fold_batch=1 if self.tracer is not None else FOLD_BATCH)
+        self.table = RequestTable(self.metrics, fold_sampled=self.tracer is not None)
         self.lane = EngineLane(self.metrics)  # the engine's latest steps (records with a lane)
         if config.slo is not None:
             self.table.goodput = Goodput(config.slo, config.model_name)
@@ -259,7 +259,7 @@ class Telemetry:
         finished = self.table.fold()
         if finished is not None:
             self.triton.on_finished(finished)
-            if self.tracer is not None:  # (a tracer folds at every finish: nothing is pending then)
+            if self.tracer is not None:  # (no sampled one: they are folded, spans emitted, at their finish)
                 self.tracer.emit(finished, self._engine_anchor, self._step_summaries(finished))
         self.table.judge()
 

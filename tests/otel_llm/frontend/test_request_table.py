@@ -200,6 +200,32 @@ def running(h, n: int) -> list[int]:
     return rids
 
 
+def test_with_a_tracer_only_a_sampled_finish_is_folded_at_once():
+    """A tracer emits a sampled request's spans at its finish, so that finish folds everything kept;
+    unsampled finishes (under an unsampled traceparent, as with any sampler that says no) wait for a
+    batch like without a tracer."""
+    h = Harness()  # the SDK's default sampler: ParentBased(ALWAYS_ON)
+    unsampled = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}
+    rids = [h.tel.arrival(RequestInfo(f"u{i}", 3, "chat", trace_headers=unsampled)) for i in range(2)]
+    rids.append(h.tel.arrival(RequestInfo("s", 3, "chat")))
+    for rid in rids:
+        h.at(S).queued(rid)
+        h.at(S).scheduled(rid)
+    h.at(2 * S).outputs(rids, 1)
+    h.step(2 * S, 2 * S)
+    for rid in rids[:2]:
+        h.rec.finished(rid, FinishReason.STOP)
+    h.step(3 * S, 3 * S)
+    table = h.tel.table
+    assert table.num_unfolded == 2 and h.exporter.get_finished_spans() == ()
+    h.rec.finished(rids[2], FinishReason.LENGTH)
+    h.step(4 * S, 4 * S)
+    assert table.num_unfolded == 0
+    roots = [s for s in h.exporter.get_finished_spans() if s.name == "chat m"]
+    assert [s.attributes["gen_ai.request.id"] for s in roots] == ["s"]
+    assert h.hist("gen_ai.server.request.duration").counts.sum() == 3
+
+
 def test_finishes_are_folded_in_batches_and_every_read_sees_them():
     h = Harness(tracer_provider=None, tracing=False)
     table = h.tel.table
