@@ -22,9 +22,10 @@ the events, a first token only stamps its request's slot, and a finished request
 being valid at once while its state stays in its slot, until `fold` applies the events and
 observes `fold_at` first tokens or finished requests together (a dozen histogram records cost
 about the same for one request or thirty) and frees the finished slots. The owner folds before
-every read (snapshot, Triton statistics), so a read never misses one; with a tracer a sampled
-request's finish is folded at once, so its spans are emitted at its finish (unsampled ones wait
-for a batch like the rest).
+every read (snapshot, Triton statistics), so a read never misses one. With a tracer the spans of
+the sampled requests are built at the fold, so a sampled request's finish waits for the batch at
+most `SPANS_WITHIN_NS` (checked at each step), and not at all when no request is left live: the
+span trees of a busy engine are built tens at a time.
 
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
 queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
@@ -90,6 +91,7 @@ _SPLIT_ROWS = np.array([[_INT_FIELDS.index(f)] for f in ("num_prompt", "num_cach
 _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a checkpoint
 _PENDING_EVENTS = 4096  # lifecycle events kept before they are applied (and applied at every fold)
 _JUDGE_BATCH = 1024  # finished requests judged against their SLO objectives at once (and before every read)
+SPANS_WITHIN_NS = 100_000_000  # with a tracer, a sampled request's spans are emitted at most this long after its finish
 FOLD_BATCH = 32  # first tokens, and finished requests, folded into the aggregates at once (and before every read)
 
 
@@ -122,8 +124,8 @@ class RequestTable:
     def __init__(self, metrics: MetricsState, capacity: int = 256, max_capacity: int = 1 << 20,
                  fold_batch: int = FOLD_BATCH, fold_sampled: bool = False):
         """`fold_batch`: first tokens and finished requests are folded into the aggregates this many
-        at a time (`fold`); `fold_sampled`: and a finish with a sampled request among them at once (a
-        tracer emits each sampled request's spans at its finish)."""
+        at a time (`fold`); `fold_sampled`: a sampled request's finish (a tracer emits its spans at the
+        fold) waits at most `SPANS_WITHIN_NS` for the batch, and none when it leaves no request live."""
         if capacity & (capacity - 1) or max_capacity & (max_capacity - 1):
             raise ValueError(f"capacities must be powers of two, got {capacity}, {max_capacity}")
         self.metrics = metrics
@@ -153,6 +155,7 @@ class RequestTable:
         self._free: list[int] = []
         self.fold_at = fold_batch
         self.fold_sampled = fold_sampled
+        self._sampled_since = 0  # frontend ns of the oldest finished sampled request not folded (0: none)
         self._retired: list[int] = []  # slots of finished requests not folded yet (see `fold`)
         self._firsts: list[int] = []  # slots whose first token is not folded yet
         self._pending_events: list[tuple] = []  # (slots, kind, ts, value, external) per step, not applied yet
@@ -550,9 +553,17 @@ class RequestTable:
         self.fin_max_seq[s] = max_seq
         self.num_active -= len(s)
         self._retired.extend(s.tolist())
-        if len(self._retired) >= self.fold_at or (self.fold_sampled and self.trace[s, 2].any()):
+        if self.fold_sampled and not self._sampled_since and self.trace[s, 2].any():
+            self._sampled_since = now_ns
+        if len(self._retired) >= self.fold_at or self.spans_due(now_ns):
             return self.fold()
         return None
+
+    def spans_due(self, now_ns: int) -> bool:
+        """A finished sampled request waits to be folded (and its spans emitted) and should not wait longer:
+        `SPANS_WITHIN_NS` passed since its finish, or no request is live (nothing else will finish soon)."""
+        since = self._sampled_since
+        return since != 0 and (self.num_active == 0 or now_ns - since >= SPANS_WITHIN_NS)
 
     def _stamp_timings(self, s: np.ndarray, now_ns: int) -> None:
         """The timings of the finishing requests a response waits for (their columns are complete once
@@ -579,6 +590,7 @@ class RequestTable:
         first tokens or finishes, and by the owner before it reads the aggregates: a batch costs
         about what one costs, and a read never misses one."""
         self._fold_pending()
+        self._sampled_since = 0
         if not self._retired:
             return None
         s = np.array(self._retired, np.int64)

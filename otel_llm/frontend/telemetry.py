@@ -9,6 +9,9 @@ data: malformed steps, unknown handles, out-of-order events and bad values are
 dropped and counted (`otel_llm.telemetry.dropped`).
 
 With `enabled=False` every method is a no-op and nothing is allocated.
+
+Size: one class, the facade every caller holds: each method is a few lines that take the lock and
+hand the work to the request table, the engine lane, the tracer or the renderers.
 """
 
 from __future__ import annotations
@@ -121,8 +124,11 @@ class Telemetry:
                         if head[4] != HEADER_SIZE:  # the lane, right after the header
                             self.lane.add(head[0], step)
                 if steady:
-                    if self.lane.due and self.tracer is not None:
-                        self._export_lane()
+                    if self.tracer is not None:
+                        if self.table.spans_due(now):
+                            self._apply("ingest", self.table.fold)
+                        if self.lane.due:
+                            self._export_lane()
                     return
         try:
             rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
@@ -138,6 +144,8 @@ class Telemetry:
                 self.lane.add(rec.step_ts_ns, *((rec.lane.pack(), 0) if isinstance(step, StepRecord) else (step,)),
                               idle=rec.lane.running == 0 and rec.lane.waiting == 0)
             finished = self.table.apply(rec, now)
+            if finished is None and self.table.spans_due(now):
+                finished = self.table.fold()
             lora = self.lora
             if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
                 lora.step(rec, (self.anchor[0] + now - self.anchor[1]) / 1e9)
@@ -259,7 +267,7 @@ class Telemetry:
         finished = self.table.fold()
         if finished is not None:
             self.triton.on_finished(finished)
-            if self.tracer is not None:  # (no sampled one: they are folded, spans emitted, at their finish)
+            if self.tracer is not None:
                 self.tracer.emit(finished, self._engine_anchor, self._step_summaries(finished))
         self.table.judge()
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from otel_llm import FinishReason, RequestInfo
-from otel_llm.frontend.request_table import FOLD_BATCH
+from otel_llm.frontend.request_table import FOLD_BATCH, SPANS_WITHIN_NS
 from tests.otel_llm.conftest import Harness
 
 
@@ -200,10 +200,10 @@ def running(h, n: int) -> list[int]:
     return rids
 
 
-def test_with_a_tracer_only_a_sampled_finish_is_folded_at_once():
-    """A tracer emits a sampled request's spans at its finish, so that finish folds everything kept;
-    unsampled finishes (under an unsampled traceparent, as with any sampler that says no) wait for a
-    batch like without a tracer."""
+def test_with_a_tracer_unsampled_finishes_wait_and_the_last_live_request_folds_them():
+    """Unsampled finishes (under an unsampled traceparent, as with any sampler that says no) wait for
+    a batch as without a tracer; a sampled one that leaves no request live folds everything kept at
+    once, and only it has spans."""
     h = Harness()  # the SDK's default sampler: ParentBased(ALWAYS_ON)
     unsampled = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}
     rids = [h.tel.arrival(RequestInfo(f"u{i}", 3, "chat", trace_headers=unsampled)) for i in range(2)]
@@ -224,6 +224,31 @@ def test_with_a_tracer_only_a_sampled_finish_is_folded_at_once():
     roots = [s for s in h.exporter.get_finished_spans() if s.name == "chat m"]
     assert [s.attributes["gen_ai.request.id"] for s in roots] == ["s"]
     assert h.hist("gen_ai.server.request.duration").counts.sum() == 3
+
+
+@pytest.mark.parametrize("steady", [True, False])
+def test_a_sampled_finish_waits_for_the_batch_at_most_spans_within_ns(steady):
+    """While other requests run, sampled finishes are kept (their trees built together later), until
+    SPANS_WITHIN_NS after the first of them on the frontend's clock: the next step then folds them,
+    a steady decode step as well as any other."""
+    h = Harness()
+    rids = running(h, 4)
+    t = 3 * S
+    for rid in rids[:2]:
+        h.rec.finished(rid, FinishReason.STOP)
+    h.at(t).outputs(rids[2:], 1)
+    h.step(t, t)
+    table = h.tel.table
+    assert table.num_unfolded == 2 and h.exporter.get_finished_spans() == ()
+    for k in range(1, 4):  # steps within the bound: still kept
+        h.at(t + k * MS).outputs(rids[2:] if steady else rids[2:3], 1)
+        h.step(t + k * MS, t + k * SPANS_WITHIN_NS // 4)
+        assert table.num_unfolded == 2
+    h.at(t + 4 * MS).outputs(rids[2:] if steady else rids[3:], 1)
+    h.step(t + 4 * MS, t + SPANS_WITHIN_NS)
+    assert table.num_unfolded == 0
+    assert sorted(s.attributes["gen_ai.request.id"] for s in h.exporter.get_finished_spans()
+                  if s.name == "chat m") == ["r0", "r1"]
 
 
 def test_finishes_are_folded_in_batches_and_every_read_sees_them():
