@@ -65,3 +65,24 @@ def test_lanes_that_cannot_be_true_are_dropped_and_counted():
     lane.fold()
     assert lane.dropped == 4 and lane.columns()["end_ns"].tolist() == [560]
     assert list(lane.summaries(np.array([0]), np.array([0]), np.array([0]))["covered"]) == [False]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_summaries_of_many_requests_equal_each_alone(seed):
+    """The vectorised summaries (many requests: segment maxima in one reduceat) equal the plain-Python
+    one request at a time, for requests ending at the newest step, spanning no step, or not covered."""
+    rng = np.random.default_rng(seed)
+    lane = EngineLane(MetricsState(aggregation_table(8192)), capacity=16)
+    for i in range(30):
+        end, data = _lane(i)
+        lane.add(end, data, 0)
+    lane.fold()
+    n = 40
+    sched = rng.integers(1000, 3100, n)
+    first = sched + rng.integers(0, 400, n)
+    last = np.minimum(first + rng.integers(0, 900, n), 2960 + rng.integers(0, 2, n) * 100)
+    sched[::7] = 0  # never scheduled
+    many = lane.summaries(sched, first, last)
+    for k in range(n):
+        one = lane.summaries(sched[k:k + 1], first[k:k + 1], last[k:k + 1])
+        assert {key: int(v[0]) for key, v in one.items()} == {key: int(v[k]) for key, v in many.items()}, k
