@@ -63,8 +63,8 @@ class MetricsState:
                                {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.gauges.items()})
 
 
-_HISTOGRAM_ARRAYS = ("counts", "sums", "mins", "maxs")
-_EXEMPLAR_ARRAYS = ("ex_trace", "ex_value", "ex_time_ns")
+_HISTOGRAM_ARRAYS = (("counts", np.int64), ("sums", np.float64), ("mins", np.float64), ("maxs", np.float64))
+_EXEMPLAR_ARRAYS = (("ex_trace", np.uint64), ("ex_value", np.float64), ("ex_time_ns", np.int64))
 
 
 class _Arena:
@@ -75,43 +75,36 @@ class _Arena:
     the previous copy is written over only when no view of it is left (its reference count says so)."""
 
     def __init__(self, state: MetricsState):
-        arrays = [getattr(h, name) for h in state.histograms.values() for name in _HISTOGRAM_ARRAYS]
-        arrays += state.counters.values()
-        exemplar_arrays = [getattr(h, name) for h in state.histograms.values() if h.exemplars
-                           for name in _EXEMPLAR_ARRAYS]
-        self.main = sum(a.size for a in arrays)  # words before the exemplars, which come last
-        self.words = np.empty(self.main + sum(a.size for a in exemplar_arrays), np.int64)
-        at = [0]
+        hists = state.histograms.items()
+        self.main = sum(getattr(h, a).size for _, h in hists for a, _ in _HISTOGRAM_ARRAYS) + sum(
+            c.size for c in state.counters.values())  # words before the exemplars, which come last
+        ex_words = sum(getattr(h, a).size for _, h in hists if h.exemplars for a, _ in _EXEMPLAR_ARRAYS)
+        self.words = np.empty(self.main + ex_words, np.int64)
+        at = 0
 
-        def move(owner, attr, dtype) -> tuple[int, int]:
-            a = getattr(owner, attr)
-            start = at[0]
-            at[0] += a.size
-            view = self.words[start:at[0]].view(dtype).reshape(a.shape)  # the dtype `copy` cuts it as
+        def move(a: np.ndarray, dtype) -> tuple[np.ndarray, int, int]:
+            """`a`'s values in the next words, viewed as `dtype` (as `copy` cuts them); (view, start, end)."""
+            nonlocal at
+            start, at = at, at + a.size
+            view = self.words[start:at].view(dtype).reshape(a.shape)
             view[...] = a
-            setattr(owner, attr, view)
-            return start, at[0]
+            return view, start, at
 
-        self._histograms = []  # (name, bounds, counts' shape, (start, end) of each array)
-        for name, h in state.histograms.items():
+        def move_all(h, arrays) -> tuple[int, ...]:
             spans = ()
-            for attr, dtype in zip(_HISTOGRAM_ARRAYS, (np.int64, np.float64, np.float64, np.float64)):
-                spans += move(h, attr, dtype)
-            self._histograms.append((name, h.bounds, h.counts.shape, spans))
+            for attr, dtype in arrays:
+                view, start, end = move(getattr(h, attr), dtype)
+                setattr(h, attr, view)
+                spans += (start, end)
+            return spans
+
+        # (name, bounds, counts' shape, (start, end) of each array), then (name, start, end) of each counter
+        self._histograms = [(name, h.bounds, h.counts.shape, move_all(h, _HISTOGRAM_ARRAYS)) for name, h in hists]
         self._counters = []
         for name, c in state.counters.items():
-            start = at[0]
-            at[0] += c.size
-            state.counters[name] = self.words[start:at[0]].view(np.float64)
-            state.counters[name][:] = c
-            self._counters.append((name, start, at[0]))
-        self._exemplars = {}  # name -> (start, end) of trace, value, time; the trace's shape
-        for name, h in state.histograms.items():
-            if h.exemplars:
-                spans = ()
-                for attr, dtype in zip(_EXEMPLAR_ARRAYS, (np.uint64, np.float64, np.int64)):
-                    spans += move(h, attr, dtype)
-                self._exemplars[name] = (spans, h.ex_trace.shape)
+            state.counters[name], start, end = move(c, np.float64)
+            self._counters.append((name, start, end))
+        self._exemplars = {name: (move_all(h, _EXEMPLAR_ARRAYS), h.ex_trace.shape) for name, h in hists if h.exemplars}
         self._spare: np.ndarray | None = None  # the last copy, while a snapshot may still use it
 
     def copy(self, exemplars: bool = True) -> tuple[dict[str, HistogramSnapshot], dict[str, np.ndarray]]:
@@ -123,14 +116,14 @@ class _Arena:
         else:
             self._spare = self.words.copy()
         i = self._spare  # counts, ex_time_ns: int64; sums, mins, maxs, ex_value, counters: float64
-        f = i.view(np.float64)
+        f, u = i.view(np.float64), i.view(np.uint64)  # ex_trace: uint64
         histograms = {}
         for name, bounds, shape, (c0, c1, s0, s1, m0, m1, x0, x1) in self._histograms:
-            histograms[name] = HistogramSnapshot(bounds, i[c0:c1].reshape(shape), f[s0:s1], f[m0:m1], f[x0:x1], None)
-        if exemplars and self._exemplars:
-            u = i.view(np.uint64)  # ex_trace
-            for name, ((t0, t1, v0, v1, n0, n1), shape) in self._exemplars.items():
-                histograms[name] = histograms[name]._replace(exemplars=(u[t0:t1].reshape(shape), f[v0:v1], i[n0:n1]))
+            ex = self._exemplars.get(name) if exemplars else None
+            if ex is not None:
+                (t0, t1, v0, v1, n0, n1), trace_shape = ex
+                ex = (u[t0:t1].reshape(trace_shape), f[v0:v1], i[n0:n1])
+            histograms[name] = HistogramSnapshot(bounds, i[c0:c1].reshape(shape), f[s0:s1], f[m0:m1], f[x0:x1], ex)
         return histograms, {name: f[start:end] for name, start, end in self._counters}
 
 

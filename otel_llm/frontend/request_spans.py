@@ -116,8 +116,8 @@ class RequestTracer:
         self._resource = provider.resource
         self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
         self._child_attrs: dict[str, dict] = {}  # operation -> the child spans' attributes
-        self._fixed = self._limits.attributes({"gen_ai.provider.name": provider_name,  # bounded once
-                                               "gen_ai.request.model": model_name})
+        fixed = self._limits.attributes({"gen_ai.provider.name": provider_name, "gen_ai.request.model": model_name})
+        self._provider_attr, self._model_attr = fixed.values()  # bounded once
 
     def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
@@ -167,11 +167,10 @@ class RequestTracer:
         ctx = sampled_context(trace_id, span_id)
         parent = sampled_context(trace_id, parent_id, True) if parent_id else None
         start, end = arrival + f_off, finish_recv + f_off
-        fixed = self._fixed
-        model = fixed["gen_ai.request.model"]
+        model = self._model_attr
         attrs = {
             "gen_ai.operation.name": op,
-            "gen_ai.provider.name": fixed["gen_ai.provider.name"],
+            "gen_ai.provider.name": self._provider_attr,
             "gen_ai.request.model": model,
             "gen_ai.response.model": model,
             "gen_ai.request.id": info.request_id,

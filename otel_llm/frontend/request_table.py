@@ -241,8 +241,9 @@ class RequestTable:
             self._spec_decoding(rec.spec_decoding)
         if rec.kv_evictions is not None:
             self._kv_evictions(rec.kv_evictions)
-        return self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns) \
-            if len(rec.finished_rid) else None
+        if len(rec.finished_rid):
+            self._finish(rec.finished_rid, rec.finished_reason, rec.finished_max_seq_tokens, now_ns)
+        return self.fold() if self.fold_due(now_ns) else None
 
     def _events(self, rec: StepRecord) -> None:
         """Lifecycle events: their handles are checked now, and they are kept until the next fold
@@ -523,12 +524,12 @@ class RequestTable:
 
     def finish_from_frontend(self, handle: int, reason: FinishReason, now_ns: int) -> FinishedBatch | None:
         """Finish a request the engine will never report (engine died, rejected before it)."""
-        rid = np.array([handle], np.int64)
-        return self._finish(rid, np.array([reason], np.uint8), np.zeros(1, np.int32), now_ns)
+        self._finish(np.array([handle], np.int64), np.array([reason], np.uint8), np.zeros(1, np.int32), now_ns)
+        return self.fold() if self.fold_due(now_ns) else None
 
-    def _finish(self, rids: np.ndarray, reasons: np.ndarray, max_seq: np.ndarray, now_ns: int) -> FinishedBatch | None:
+    def _finish(self, rids: np.ndarray, reasons: np.ndarray, max_seq: np.ndarray, now_ns: int) -> None:
         """Requests finished (frontend receive time `now_ns`): their handles stop being valid
-        now and their state is kept until they are folded (`fold`), `fold_at` at a time."""
+        now and their state is kept until they are folded (`fold`, when `fold_due`)."""
         s, ok = self._slots(rids)
         if ok is not None:
             reasons, max_seq = reasons[ok], max_seq[ok]
@@ -541,7 +542,7 @@ class RequestTable:
             self.dropped["bad_value"] += int(bad.sum())
             reasons = np.where(bad, FinishReason.ERROR, reasons).astype(np.uint8)
         if not len(s):
-            return None
+            return
         self._materialise(s)
         if self.timed:
             self._stamp_timings(s, now_ns)
@@ -555,15 +556,14 @@ class RequestTable:
         self._retired.extend(s.tolist())
         if self.fold_sampled and not self._sampled_since and self.trace[s, 2].any():
             self._sampled_since = now_ns
-        if len(self._retired) >= self.fold_at or self.spans_due(now_ns):
-            return self.fold()
-        return None
 
-    def spans_due(self, now_ns: int) -> bool:
-        """A finished sampled request waits to be folded (and its spans emitted) and should not wait longer:
-        `SPANS_WITHIN_NS` passed since its finish, or no request is live (nothing else will finish soon)."""
+    def fold_due(self, now_ns: int) -> bool:
+        """The finished requests kept should be folded now: a batch of `fold_at`, or a sampled one that
+        should not wait longer (`SPANS_WITHIN_NS` since its finish, or no request is live: nothing else
+        will finish soon)."""
         since = self._sampled_since
-        return since != 0 and (self.num_active == 0 or now_ns - since >= SPANS_WITHIN_NS)
+        return len(self._retired) >= self.fold_at or (
+            since != 0 and (self.num_active == 0 or now_ns - since >= SPANS_WITHIN_NS))
 
     def _stamp_timings(self, s: np.ndarray, now_ns: int) -> None:
         """The timings of the finishing requests a response waits for (their columns are complete once

@@ -47,7 +47,7 @@ class SpanLimiter:
         bounded once): only they are checked."""
         n, most = self.max_value_length, self.max_attributes
         fits = most is None or len(attributes) <= most
-        if fits and not (_too_long(attributes, n) if strings is None else _any_too_long(strings, n)):
+        if fits and not _too_long(attributes.values() if strings is None else strings, n):
             return attributes
         cut = {key: _cut(value, n) for key, value in attributes.items()}
         if fits:
@@ -67,8 +67,8 @@ class SpanLimiter:
         return bounded
 
 
-def _too_long(attributes: dict, n: int) -> bool:
-    for value in attributes.values():
+def _too_long(values, n: int) -> bool:
+    for value in values:
         if type(value) is str:
             if len(value) > n:
                 return True
@@ -76,13 +76,6 @@ def _too_long(attributes: dict, n: int) -> bool:
             for item in value:
                 if type(item) is str and len(item) > n:
                     return True
-    return False
-
-
-def _any_too_long(strings: list, n: int) -> bool:
-    for value in strings:
-        if type(value) is str and len(value) > n:
-            return True
     return False
 
 

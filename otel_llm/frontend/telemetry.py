@@ -73,7 +73,8 @@ class Telemetry:
         capture = capture_content_from_env() if config.capture_content is None else config.capture_content
         self.tracer = RequestTracer(provider, config.model_name, config.provider_name, capture, self.anchor) \
             if provider is not None else None
-        # First tokens and finishes are folded in batches (and before every read), or one by one with spans.
+        # First tokens and finishes are folded in batches and before every read; with spans, a sampled finish
+        # waits for its batch at most SPANS_WITHIN_NS (`RequestTable.fold_due`).
         self.table = RequestTable(self.metrics, fold_sampled=self.tracer is not None)
         self.lane = EngineLane(self.metrics)  # the engine's latest steps (records with a lane)
         if config.slo is not None:
@@ -124,11 +125,10 @@ class Telemetry:
                         if head[4] != HEADER_SIZE:  # the lane, right after the header
                             self.lane.add(head[0], step)
                 if steady:
-                    if self.tracer is not None:
-                        if self.table.spans_due(now):
-                            self._apply("ingest", self.table.fold)
-                        if self.lane.due:
-                            self._export_lane()
+                    if self.table.fold_due(now):  # (a steady step finishes none: a sampled one's wait ran out)
+                        self._apply("ingest", self.table.fold)
+                    if self.lane.due and self.tracer is not None:
+                        self._export_lane()
                     return
         try:
             rec = step if isinstance(step, StepRecord) else StepRecord.from_bytes(step)
@@ -144,8 +144,6 @@ class Telemetry:
                 self.lane.add(rec.step_ts_ns, *((rec.lane.pack(), 0) if isinstance(step, StepRecord) else (step,)),
                               idle=rec.lane.running == 0 and rec.lane.waiting == 0)
             finished = self.table.apply(rec, now)
-            if finished is None and self.table.spans_due(now):
-                finished = self.table.fold()
             lora = self.lora
             if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
                 lora.step(rec, (self.anchor[0] + now - self.anchor[1]) / 1e9)
