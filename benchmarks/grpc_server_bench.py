@@ -11,7 +11,8 @@ This process drives each over a grpcio channel with real OTLP exports (`collecto
 one server's export per request, or `--batch` merged exports per request in ``decode_batched``),
 1 or `--inflight` requests in flight, and reads the server process's CPU (/proc utime+stime).
 
-Candidates: ``grpcio_sync`` (what the receiver runs: grpcio's server on a 4-thread pool),
+Candidates: ``otel_llm_h2`` (what the receiver runs: `collector/receiver/grpc_h2.py`, HTTP/2 on
+one asyncio thread), ``grpcio_sync`` (grpcio's server on a 4-thread pool, the receiver's before),
 ``grpcio_aio`` (grpcio's asyncio server), ``grpclib`` (pure-Python asyncio gRPC over h2) and
 ``grpclib_uvloop`` (the same on uvloop's event loop); one not installed is reported as skipped.
 
@@ -25,6 +26,7 @@ the server's CPU seconds, µs of server CPU per request and data points per serv
 Target (issue 10): >= 200,000 points per CPU-second over gRPC.
 
 Usage: python benchmarks/grpc_server_bench.py [--quick] [--servers 16] [--seconds 2] [--rounds 3]
+       [--candidates NAME ...]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from contextlib import ExitStack
@@ -47,6 +50,7 @@ from typing import NamedTuple
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 EMPTY_EXPORT = "/otel_llm.bench.EmptyService/Export"
 CANDIDATES = {  # name -> the modules it needs
+    "otel_llm_h2": ("hpack",),
     "grpcio_sync": ("grpc",),
     "grpcio_aio": ("grpc",),
     "grpclib": ("grpclib",),
@@ -158,12 +162,25 @@ async def _serve_grpclib() -> None:
     await server.wait_closed()
 
 
+def _serve_otel_llm_h2() -> None:
+    from otel_llm.collector.receiver.grpc_h2 import Limits, UnaryServer
+
+    decode, empty = _handlers()
+    server = UnaryServer({METRICS_EXPORT: lambda payload: decode(payload).SerializeToString(),
+                          EMPTY_EXPORT: lambda payload: empty(payload).SerializeToString()},
+                         limits=Limits(max_message_bytes=MAX_MESSAGE_BYTES))
+    _announce(server.start())
+    threading.Event().wait()
+
+
 def serve(candidate: str) -> None:
     """Serves until killed; prints the bound port on stdout once listening."""
     import asyncio
 
     if candidate == "grpcio_sync":
         _serve_grpcio_sync()
+    elif candidate == "otel_llm_h2":
+        _serve_otel_llm_h2()
     elif candidate == "grpcio_aio":
         asyncio.run(_serve_grpcio_aio())
     elif candidate == "grpclib":
@@ -268,7 +285,8 @@ def summarize(runs: list[Run], baseline: list[Run] | None) -> dict:
 
 
 def version(candidate: str) -> str:
-    return importlib.metadata.version("grpcio" if CANDIDATES[candidate][0] == "grpc" else "grpclib")
+    module = CANDIDATES[candidate][0]  # the distribution that does the work (ours: its HPACK decoder's)
+    return importlib.metadata.version({"grpc": "grpcio"}.get(module, module))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inflight", type=int, default=8, help="requests in flight in the concurrent runs")
     parser.add_argument("--seconds", type=float, default=2.0, help="sending time per workload, candidate and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--candidates", nargs="+", choices=sorted(CANDIDATES), default=sorted(CANDIDATES),
+                        help="the servers to measure (default: every installed one)")
     parser.add_argument("--serve", choices=sorted(CANDIDATES), help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args(argv)
     if args.serve:
@@ -296,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [Workload("empty", False, 1), Workload("empty", False, args.inflight),
                  Workload("decode", False, 1), Workload("decode", False, args.inflight),
                  Workload("decode", True, 1)]
-    installed = [c for c, modules in CANDIDATES.items() if all(importlib.util.find_spec(m) for m in modules)]
+    installed = [c for c, modules in CANDIDATES.items()
+                 if c in args.candidates and all(importlib.util.find_spec(m) for m in modules)]
     result = {"points_per_export": single[0][1], "export_bytes": len(single[0][0]), "servers": servers,
               "batch": batch, "inflight": args.inflight, "rounds": rounds, "seconds": seconds,
               "cpu_clock_ticks_per_s": _CLK_TCK, "candidates": {}}
@@ -314,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs[candidate][workload.name].append(run)
                     print(f"round {r + 1}/{rounds} {workload.name:17} {candidate:15} "
                           f"{run.points / run.cpu_s:>9,.0f} points/cpu-s", file=sys.stderr)
-    for candidate in CANDIDATES:
+    for candidate in args.candidates:
         if candidate not in installed:
             result["candidates"][candidate] = {"skipped": "not installed"}
             continue

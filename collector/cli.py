@@ -116,7 +116,7 @@ def add_parsers(sub) -> None:
                    help="pass vLLM's llm_request spans on as they come: by default each gets derived queue, "
                         "prefill and decode child spans and a first_token event from its gen_ai.latency.* "
                         "attributes (marked otel_llm.derived; the originals unchanged)")
-    limits = p.add_argument_group("connections to every HTTP listener (OTLP/HTTP, /metrics, the query API)")
+    limits = p.add_argument_group("connections to every listener (OTLP/HTTP and gRPC, /metrics, the query API)")
     limits.add_argument("--max-connections", type=positive_int, default=256, metavar="N",
                         help="connections served at once by each listener (default 256); one more closes the "
                              "longest-idle keep-alive connection, or is answered 503 with Retry-After when none is")

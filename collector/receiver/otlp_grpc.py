@@ -1,29 +1,30 @@
 """OTLP/gRPC receiver: the ``Export`` RPC of the trace, metrics and logs services -> sink.
 
-The same sink as the HTTP receiver (`otlp_receiver.Sink`) gets the request's
-protobuf bytes: the RPCs are registered with a raw-bytes deserializer, so the
-sink parses once (the metric store with its fast view) and a malformed message
-answers ``INVALID_ARGUMENT`` with the parse error instead of gRPC's generic
-``INTERNAL``. A sink that refuses part of a request answers with
-``partial_success``; one that raises answers ``INTERNAL`` and is logged.
-Messages over ``max_message_bytes`` are refused by gRPC (``RESOURCE_EXHAUSTED``). With `tls`,
-the port is a TLS one (mutual with a client CA); with `auth`, a call without the credentials in
-its ``authorization`` metadata answers ``UNAUTHENTICATED``.
+The same sink as the HTTP receiver (`otlp_http.Sink`) gets the request's protobuf bytes, so
+the sink parses once (the metric store with its fast view) and a malformed message answers
+``INVALID_ARGUMENT`` with the parse error. A sink that refuses part of a request answers with
+``partial_success``; one that raises answers ``INTERNAL`` and is logged. Messages over
+``max_message_bytes`` answer ``RESOURCE_EXHAUSTED``. With `tls`, the port is a TLS one (mutual
+with a client CA); with `auth`, a call without the credentials in its ``authorization`` metadata
+answers ``UNAUTHENTICATED``. Other signals' services answer ``UNIMPLEMENTED``.
 
-Threads: gRPC's server pool (``max_workers``) calls the sink concurrently.
+The server is `grpc_h2.UnaryServer` (HTTP/2 on asyncio), not grpcio's: a sixth of its CPU per
+call (`benchmarks/grpc_server_bench.py`). Its connection bounds are the listener's
+`HttpServerSettings` (connections, header, body, idle and write timeouts).
+
+Threads: the server's event loop thread calls the sink, one call at a time.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent import futures
-from dataclasses import dataclass
-
-import grpc
+from dataclasses import dataclass, field
 
 from otel_llm.cli.tls import TlsConfig
 from otel_llm.collector.extension.auth import Authenticator
+from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.pdata.otlp_codec import PayloadError
+from otel_llm.collector.receiver.grpc_h2 import GrpcError, Limits, Status, UnaryServer
 from otel_llm.collector.receiver.otlp_http import ROUTES, Signal, SignalRoute, Sink, export_response
 
 logger = logging.getLogger(__name__)
@@ -40,10 +41,10 @@ class OtlpGrpcReceiverConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 = any free port; read the bound one from OtlpGrpcReceiver.port
     max_message_bytes: int = 16 * 1024 * 1024
-    max_workers: int = 4
     signals: frozenset[Signal] = frozenset(Signal)  # others answer UNIMPLEMENTED
     tls: TlsConfig | None = None
     auth: Authenticator | None = None
+    server: HttpServerSettings = field(default_factory=HttpServerSettings)  # its tls and auth are not read
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -52,8 +53,6 @@ class OtlpGrpcReceiverConfig:
             raise ValueError(f"OtlpGrpcReceiverConfig.port must be in 0..65535, got {self.port!r}")
         if self.max_message_bytes <= 0:
             raise ValueError(f"OtlpGrpcReceiverConfig.max_message_bytes must be > 0, got {self.max_message_bytes!r}")
-        if self.max_workers < 1:
-            raise ValueError(f"OtlpGrpcReceiverConfig.max_workers must be >= 1, got {self.max_workers!r}")
 
 
 class OtlpGrpcReceiver:
@@ -62,7 +61,7 @@ class OtlpGrpcReceiver:
     def __init__(self, sink: Sink, config: OtlpGrpcReceiverConfig | None = None) -> None:
         self.sink = sink
         self.config = config or OtlpGrpcReceiverConfig()
-        self._server: grpc.Server | None = None
+        self._server: UnaryServer | None = None
         self.port: int | None = None
 
     @property
@@ -75,42 +74,41 @@ class OtlpGrpcReceiver:
     def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("OtlpGrpcReceiver already started")
-        limit = self.config.max_message_bytes
-        interceptors = () if self.config.auth is None else (_AuthInterceptor(self.config.auth),)
-        server = grpc.server(futures.ThreadPoolExecutor(self.config.max_workers, thread_name_prefix="otlp-grpc"),
-                             options=[("grpc.max_receive_message_length", limit)], interceptors=interceptors)
-        for route in ROUTES.values():
-            if route.signal in self.config.signals:
-                handler = grpc.unary_unary_rpc_method_handler(
-                    self._export_handler(route), request_deserializer=None,
-                    response_serializer=lambda message: message.SerializeToString())
-                server.add_generic_rpc_handlers(
-                    (grpc.method_handlers_generic_handler(_SERVICES[route.signal], {"Export": handler}),))
-        address = f"{self.config.host}:{self.config.port}"
-        tls = self.config.tls
-        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(
-            address, tls.grpc_credentials())
-        if port == 0:
-            raise OSError(f"cannot bind OTLP/gRPC to {self.config.host}:{self.config.port}")
-        server.start()
-        self._server, self.port = server, port
+        config, settings = self.config, self.config.server
+        handlers = {f"/{_SERVICES[route.signal]}/Export": self._export_handler(route)
+                    for route in ROUTES.values() if route.signal in config.signals}
+        limits = Limits(settings.max_connections, settings.header_timeout_s, settings.body_timeout_s,
+                        settings.idle_timeout_s, settings.write_timeout_s, config.max_message_bytes)
+        server = UnaryServer(handlers, config.host, config.port, limits=limits,
+                             ssl_context=None if config.tls is None else config.tls.server_context(),
+                             authorize=None if config.auth is None else config.auth.check, name="otlp-grpc")
+        try:
+            self.port = server.start()
+        except OSError as exc:
+            raise OSError(f"cannot bind OTLP/gRPC to {config.host}:{config.port}: {exc}") from None
+        self._server = server
+
+    @property
+    def unauthorized(self) -> int:
+        """Calls refused for missing or wrong credentials."""
+        return 0 if self._server is None else self._server.unauthorized
 
     def _export_handler(self, route: SignalRoute):
-        def export(payload: bytes, context: grpc.ServicerContext):
+        def export(payload: bytes) -> bytes:
             try:
                 result = self.sink(route.signal, payload)
             except PayloadError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.reason)
+                raise GrpcError(Status.INVALID_ARGUMENT, exc.reason) from None
             except Exception:
                 logger.exception("OTLP/gRPC %s export failed in the sink", route.signal.value)
-                context.abort(grpc.StatusCode.INTERNAL, "internal error in the receiver's sink")
-            return export_response(route, result)
+                raise GrpcError(Status.INTERNAL, "internal error in the receiver's sink") from None
+            return export_response(route, result).SerializeToString()
 
         return export
 
-    def stop(self, grace_s: float = 2.0) -> None:
+    def stop(self) -> None:
         if self._server is not None:
-            self._server.stop(grace_s).wait()
+            self._server.stop()
             self._server = None
 
     def __enter__(self) -> OtlpGrpcReceiver:
@@ -119,23 +117,3 @@ class OtlpGrpcReceiver:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-
-class _AuthInterceptor(grpc.ServerInterceptor):
-    """Refuses a call whose ``authorization`` metadata the authenticator does not accept."""
-
-    def __init__(self, auth: Authenticator) -> None:
-        self._auth = auth
-        self.unauthorized = 0
-
-        def deny(request, context: grpc.ServicerContext):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong credentials")
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-
-    def intercept_service(self, continuation, handler_call_details):
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        if self._auth.check(metadata.get("authorization")):
-            return continuation(handler_call_details)
-        self.unauthorized += 1
-        return self._deny

@@ -25,7 +25,7 @@ from otel_llm import __version__
 EXTRA_MODULES = {
     "serve": ("torch", "fastapi", "uvicorn", "httpx", "tokenizers", "jinja2", "gguf", "safetensors", "openai",
               "prometheus_fastapi_instrumentator"),
-    "collector": ("grpc", "google.rpc", "cramjam", "yaml"),
+    "collector": ("grpc", "google.rpc", "cramjam", "yaml", "hpack"),
     "timeline": ("matplotlib",),
     "slo": ("yaml",),
 }

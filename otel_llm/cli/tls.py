@@ -53,19 +53,6 @@ class TlsConfig:
             kwargs.update(ssl_ca_certs=self.client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
         return kwargs
 
-    def grpc_credentials(self):
-        """The same files as gRPC server credentials (checked as `server_context` checks them)."""
-        import grpc
-
-        self.server_context()
-        with open(self.key_file, "rb") as key, open(self.cert_file, "rb") as cert:
-            pair = (key.read(), cert.read())
-        ca = None
-        if self.client_ca_file is not None:
-            with open(self.client_ca_file, "rb") as f:
-                ca = f.read()
-        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
-
 
 def _no_password() -> bytes:
     """An encrypted key would make OpenSSL prompt on the terminal; it fails instead."""

@@ -16,9 +16,9 @@ def test_quick_run_measures_every_installed_candidate_and_skips_the_others():
     result = json.loads(done.stdout)
     assert result["points_per_export"] >= 40 and result["export_bytes"] > 0  # every family of the vllm profile
     candidates = result["candidates"]
-    assert set(candidates) == {"grpcio_sync", "grpcio_aio", "grpclib", "grpclib_uvloop"}
+    assert set(candidates) == {"otel_llm_h2", "grpcio_sync", "grpcio_aio", "grpclib", "grpclib_uvloop"}
     measured = [name for name, c in candidates.items() if "runs" in c]
-    assert "grpcio_sync" in measured and "grpcio_aio" in measured  # grpcio is a dependency
+    assert {"otel_llm_h2", "grpcio_sync", "grpcio_aio"} <= set(measured)  # the collector's dependencies
     for name, candidate in candidates.items():
         if name not in measured:
             assert candidate == {"skipped": "not installed"}
