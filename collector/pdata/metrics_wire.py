@@ -7,7 +7,7 @@ same wire types, but keeps what ingestion only needs as an identity as raw
 bytes:
 
 - `Resource`, `InstrumentationScope` and each attribute `KeyValue` stay
-  serialized (`bytes`), so a series key is `tuple(point.attributes)`: one C
+  serialized (`bytes`), so a series key is `tuple(point.attributes[:])`: one C
   call. They are decoded (with the real classes, `decode_*` below) only when a
   new series or resource appears.
 - `bucket_counts` and `explicit_bounds` are packed repeated fields (wire type 2,
