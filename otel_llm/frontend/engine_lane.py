@@ -31,6 +31,10 @@ WINDOW_STEPS = 256  # and holds at most this many
 _ESTIMATES = ("flops", "read_bytes", "write_bytes")  # vLLM's MFU estimates: summed into PERF_COUNTERS at `flush`
 _COUNTS = ("forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running", "waiting", "preemptions",
            "flops", "read_bytes", "write_bytes")
+# A lane as 4-byte words: those holding each count's sign bit (an 8-byte count's high word, little-endian),
+# checked at once; as 8-byte words: the estimates' (summed at once).
+_SIGN_WORDS = [(LANE_DTYPE.fields[name][1] + LANE_DTYPE.fields[name][0].itemsize - 4) // 4 for name in _COUNTS]
+_ESTIMATE_WORDS = slice(LANE_DTYPE.fields["flops"][1] // 8, LANE_DTYPE.fields["write_bytes"][1] // 8 + 1)
 
 
 class EngineLane:
@@ -90,18 +94,18 @@ class EngineLane:
             for end, data, offset in pending:
                 self._fold_one(end, data, offset)
             return
-        lanes = np.frombuffer(b"".join(d[o:o + LANE_SIZE] for _, d, o in pending), LANE_DTYPE)
+        raw = b"".join(d[o:o + LANE_SIZE] for _, d, o in pending)
+        lanes = np.frombuffer(raw, LANE_DTYPE)
+        words = np.frombuffer(raw, "<i4").reshape(len(pending), LANE_SIZE // 4)
         ends = np.fromiter((e for e, _, _ in pending), np.int64, len(pending))
-        ok = (lanes["start_ns"] <= ends) & (lanes["kv_usage"] >= 0.0) & (lanes["kv_usage"] <= 1.0)
-        for name in _COUNTS:
-            ok &= lanes[name] >= 0
-        ok &= ends >= self._last_end  # steps come in order: one ending before the last kept is not true either
-        ok &= np.concatenate(([True], ends[1:] >= ends[:-1]))
+        kv = lanes["kv_usage"]
+        ok = (words[:, _SIGN_WORDS] >= 0).all(axis=1) & (lanes["start_ns"] <= ends) & (kv >= 0.0) & (kv <= 1.0)
+        ok &= ends >= np.concatenate(([self._last_end], ends[:-1]))  # in order, after the last kept step
         if not ok.all():
             self.dropped += int(np.count_nonzero(~ok))
-            lanes, ends = lanes[ok], ends[ok]
-        for k, column in enumerate(_ESTIMATES):
-            self._estimates[k] += int(lanes[column].sum())
+            lanes, ends, words = lanes[ok], ends[ok], words[ok]
+        for k, total in enumerate(words.view("<i8")[:, _ESTIMATE_WORDS].sum(axis=0).tolist()):
+            self._estimates[k] += total
         self._append(lanes, ends)
 
     def flush(self) -> None:
@@ -197,13 +201,26 @@ class EngineLane:
         i0 = np.where(covered, ends.searchsorted(sched, "left"), 0)
         i1 = np.where(covered, ends.searchsorted(last, "right"), 0)
         j0 = np.maximum(ends.searchsorted(first, "right"), i0)  # the steps after the one of its first token
-        batch = self._lanes["num_requests"]
-        max_batch = np.array([int(batch[lo + a:lo + b].max()) if b > a else 0
-                              for a, b in zip(i0.tolist(), i1.tolist())], np.int64)
+        max_batch = self._max_batch(i0, i1)
         return {"steps": i1 - i0, "forward_ns": self._forward[lo + i1] - self._forward[lo + i0],
                 "max_batch": max_batch, "interfering_prefill_tokens": np.where(
                     i1 > j0, self._prefill[lo + i1] - self._prefill[lo + np.minimum(j0, i1)], 0),
                 "covered": covered}
+
+    def _max_batch(self, i0: np.ndarray, i1: np.ndarray) -> np.ndarray:
+        """The most requests in one step of each window range [i0, i1) (0 for an empty one). From
+        `_SCALAR_FOLD` ranges on, one `reduceat` over the ranges interleaved with the gaps between
+        them (a fold's 32 requests: a tenth of the time of a max per range)."""
+        lo, hi = self._lo, self._hi
+        if len(i0) < _SCALAR_FOLD:
+            return np.array([int(self._batch[lo + a:lo + b].max()) if b > a else 0
+                             for a, b in zip(i0.tolist(), i1.tolist())], np.int64)
+        # reduceat's indices must lie inside its array, and a range may end at the window's end: one row more
+        rows = self._batch[lo:hi + 1] if hi < len(self._batch) else np.append(self._batch[lo:hi], 0)
+        bounds = np.empty(2 * len(i0), np.intp)
+        bounds[0::2], bounds[1::2] = i0, i1
+        maxima = np.maximum.reduceat(rows, bounds)[0::2]  # (odd ranges: the gaps, unread)
+        return np.where(i1 > i0, maxima, 0).astype(np.int64)
 
     def _summary(self, sched: int, first: int, last: int) -> dict[str, list]:
         """`summaries` of one request, in plain Python (a tracer's: one request per finish)."""

@@ -67,22 +67,52 @@ def test_lanes_that_cannot_be_true_are_dropped_and_counted():
     assert list(lane.summaries(np.array([0]), np.array([0]), np.array([0]))["covered"]) == [False]
 
 
+@pytest.mark.parametrize("steps,fold_every", [(30, 0), (32, 1)])  # the second fills the buffer to its end
 @pytest.mark.parametrize("seed", range(5))
-def test_summaries_of_many_requests_equal_each_alone(seed):
+def test_summaries_of_many_requests_equal_each_alone(seed, steps, fold_every):
     """The vectorised summaries (many requests: segment maxima in one reduceat) equal the plain-Python
     one request at a time, for requests ending at the newest step, spanning no step, or not covered."""
     rng = np.random.default_rng(seed)
     lane = EngineLane(MetricsState(aggregation_table(8192)), capacity=16)
-    for i in range(30):
+    for i in range(steps):
         end, data = _lane(i)
         lane.add(end, data, 0)
+        if fold_every and i % fold_every == 0:
+            lane.fold()
     lane.fold()
+    newest = 100 * (steps - 1) + 60
     n = 40
     sched = rng.integers(1000, 3100, n)
     first = sched + rng.integers(0, 400, n)
-    last = np.minimum(first + rng.integers(0, 900, n), 2960 + rng.integers(0, 2, n) * 100)
+    last = np.minimum(first + rng.integers(0, 900, n), newest + rng.integers(0, 2, n) * 100)
     sched[::7] = 0  # never scheduled
     many = lane.summaries(sched, first, last)
     for k in range(n):
         one = lane.summaries(sched[k:k + 1], first[k:k + 1], last[k:k + 1])
         assert {key: int(v[0]) for key, v in one.items()} == {key: int(v[k]) for key, v in many.items()}, k
+
+
+def test_a_batch_of_lanes_is_checked_and_summed_as_one_at_a_time_is():
+    """`fold`'s vectorised checks (every count's sign at once, kv usage, start, order) and estimate
+    sums keep, drop and add exactly what folding the same lanes one by one does."""
+    good = StepLane(0, 5, 1, 1, 1, 1, 0, 0, 0.5, 10**12, 10**9, 7)
+    lanes, at = [], 1000
+    for i, field in enumerate(("forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running", "waiting",
+                               "preemptions", "flops", "read_bytes", "write_bytes", None)):
+        at += 100
+        lanes.append((at, good._replace(start_ns=at - 50, flops=10**12 + i)))
+        if field:
+            lanes.append((at + 10, good._replace(start_ns=at - 40, **{field: -1})))
+    at += 100
+    lanes += [(at, good._replace(start_ns=at - 50, kv_usage=float("nan"))), (at, good._replace(start_ns=at + 1)),
+              (at - 500, good._replace(start_ns=at - 600)), (at + 50, good._replace(start_ns=at, kv_usage=-0.1)),
+              (at + 60, good._replace(start_ns=at + 10, write_bytes=2**40))]
+    one, many = (EngineLane(MetricsState(aggregation_table(8192)), capacity=64) for _ in range(2))
+    for end, lane in lanes:
+        one.add(end, lane.pack(), 0)
+        one.fold()
+        many.add(end, lane.pack(), 0)
+    many.fold()
+    assert many.dropped == one.dropped == 14
+    assert {k: v.tolist() for k, v in many.columns().items()} == {k: v.tolist() for k, v in one.columns().items()}
+    assert many._estimates == one._estimates == [11 * 10**12 + 55 + 10**12, 12 * 10**9, 11 * 7 + 2**40]
