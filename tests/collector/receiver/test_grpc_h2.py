@@ -265,3 +265,36 @@ def test_a_protocol_error_closes_only_that_connection(make_server):
     assert any(kind == GOAWAY and struct.unpack(">LL", p[:8])[1] == 1 for kind, _, _, p in seen)
     assert _call(good, ECHO, b"cd") == b"dc"
     good.close()
+
+
+def test_a_port_in_use_is_an_error_naming_it():
+    from otel_llm.collector.receiver.otlp_grpc import OtlpGrpcReceiver, OtlpGrpcReceiverConfig
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot bind OTLP/gRPC to 127.0.0.1:{port}"):
+            OtlpGrpcReceiver(lambda *a: None, OtlpGrpcReceiverConfig(port=port)).start()
+
+
+def test_a_client_that_does_not_read_its_answers_is_closed(make_server):
+    """It opens its windows wide and sends calls without reading: once the answers fill the socket,
+    the server stops reading its calls, and closes it after the write timeout."""
+    server = make_server(Limits(write_timeout_s=0.5))
+    client = RawClient(server.port)
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.sock.sendall(frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", 2**31 - 1 - 65535)))
+    message = b"q" * 16000
+    client.sock.settimeout(3)
+    sent = 0
+    try:
+        for i in range(2000):  # 32 MB of answers, far beyond what the kernel buffers hold
+            client.sock.sendall(client.call_frames(2 * i + 1, message))
+            sent += 1
+    except OSError:
+        pass  # the server stopped reading (sendall timed out), or closed the connection
+    deadline = time.monotonic() + 10
+    while server.timeouts["write"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.timeouts["write"] == 1 and sent < 2000
