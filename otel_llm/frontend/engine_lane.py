@@ -28,12 +28,14 @@ _LANE_UNPACK = LANE_STRUCT.unpack_from
 _SCALAR_FOLD = 8  # up to this many kept lanes are folded one by one (numpy's per-call cost exceeds the work)
 WINDOW_NS = 1_000_000_000  # an exported window of steps spans at most this long
 WINDOW_STEPS = 256  # and holds at most this many
+_NO_FORWARD = int(ForwardSource.NONE)  # (a plain int: numpy converts an enum member slowly)
 _ESTIMATES = ("flops", "read_bytes", "write_bytes")  # vLLM's MFU estimates: summed into PERF_COUNTERS at `flush`
 _COUNTS = ("forward_ns", "prefill_tokens", "decode_tokens", "num_requests", "running", "waiting", "preemptions",
            "flops", "read_bytes", "write_bytes")
 # A lane as 4-byte words: those holding each count's sign bit (an 8-byte count's high word, little-endian),
 # checked at once; as 8-byte words: the estimates' (summed at once).
-_SIGN_WORDS = [(LANE_DTYPE.fields[name][1] + LANE_DTYPE.fields[name][0].itemsize - 4) // 4 for name in _COUNTS]
+_SIGN_WORDS = np.array([(LANE_DTYPE.fields[name][1] + LANE_DTYPE.fields[name][0].itemsize - 4) // 4
+                        for name in _COUNTS], np.intp)
 _ESTIMATE_WORDS = slice(LANE_DTYPE.fields["flops"][1] // 8, LANE_DTYPE.fields["write_bytes"][1] // 8 + 1)
 
 
@@ -100,13 +102,14 @@ class EngineLane:
         ends = np.fromiter((e for e, _, _ in pending), np.int64, len(pending))
         kv = lanes["kv_usage"]
         ok = (words[:, _SIGN_WORDS] >= 0).all(axis=1) & (lanes["start_ns"] <= ends) & (kv >= 0.0) & (kv <= 1.0)
-        ok &= ends >= np.concatenate(([self._last_end], ends[:-1]))  # in order, after the last kept step
+        ok[0] &= ends[0] >= self._last_end  # in order, after the last kept step
+        ok[1:] &= ends[1:] >= ends[:-1]
         if not ok.all():
             self.dropped += int(np.count_nonzero(~ok))
-            lanes, ends, words = lanes[ok], ends[ok], words[ok]
+            lanes, ends, words, raw = lanes[ok], ends[ok], words[ok], None
         for k, total in enumerate(words.view("<i8")[:, _ESTIMATE_WORDS].sum(axis=0).tolist()):
             self._estimates[k] += total
-        self._append(lanes, ends)
+        self._append(lanes, ends, raw)
 
     def flush(self) -> None:
         """`fold`, then add the estimates summed since the last flush to their counters (before a read)."""
@@ -152,19 +155,25 @@ class EngineLane:
             a[:keep + 1] = a[self._hi - keep:self._hi + 1]
         self._lo, self._hi = 0, keep
 
-    def _append(self, lanes: np.ndarray, ends: np.ndarray) -> None:
+    def _append(self, lanes: np.ndarray, ends: np.ndarray, raw: bytes | None = None) -> None:
+        """Append checked lanes to the window (`raw`: the same lanes' bytes, copied faster than the rows)."""
         n, cap = len(lanes), self.capacity
         self.total += n
         if n > cap:
-            lanes, ends, n = lanes[-cap:], ends[-cap:], cap
-        forward = np.where(lanes["forward_source"] != ForwardSource.NONE, lanes["forward_ns"], 0)
+            lanes, ends, n, raw = lanes[-cap:], ends[-cap:], cap, None
+        forward = lanes["forward_ns"] * (lanes["forward_source"] != _NO_FORWARD)  # measured steps only
         if self._hi + n > 2 * cap:
             self._move(n)
         hi, rows = self._hi, slice(self._hi, self._hi + n)
-        self._lanes[rows] = lanes
+        if raw is None:
+            self._lanes[rows] = lanes
+        else:
+            self._raw[hi * LANE_SIZE:(hi + n) * LANE_SIZE] = raw
         self._ends[rows] = ends
-        self._forward[hi + 1:hi + n + 1] = self._forward[hi] + np.cumsum(forward)
-        self._prefill[hi + 1:hi + n + 1] = self._prefill[hi] + np.cumsum(lanes["prefill_tokens"])
+        for totals, column in ((self._forward, forward), (self._prefill, lanes["prefill_tokens"])):
+            after = totals[hi + 1:hi + n + 1]
+            np.cumsum(column, out=after)
+            after += totals[hi]
         self._hi += n
         if n:
             self._last_end = int(ends[-1])

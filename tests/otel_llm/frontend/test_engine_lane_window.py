@@ -27,17 +27,20 @@ def _by_hand(steps: range) -> dict:
             "max_batch": max(1 + i % 4 for i in steps)}
 
 
-@pytest.mark.parametrize("batch", [1, 3, 8, 11])
-def test_the_window_keeps_the_last_steps_and_sums_a_requests_steps(batch):
-    lane = EngineLane(MetricsState(aggregation_table(8192)), capacity=8)
+@pytest.mark.parametrize("batch,capacity", [(1, 8), (3, 8), (8, 8), (11, 8), (12, 16), (16, 16)])
+def test_the_window_keeps_the_last_steps_and_sums_a_requests_steps(batch, capacity):
+    """Batches of a lane or a few (folded one by one), more than the window (its newest kept) and
+    between (numpy: copied as they came)."""
+    lane = EngineLane(MetricsState(aggregation_table(8192)), capacity=capacity)
     for start in range(0, 40, batch):
         for i in range(start, min(start + batch, 40)):
             end, data = _lane(i)
             lane.add(end, data, 0)
         lane.fold()
     cols = lane.columns()
-    assert cols["end_ns"].tolist() == [100 * i + 60 for i in range(32, 40)]
-    assert cols["prefill_tokens"].tolist() == [i % 7 for i in range(32, 40)]
+    assert cols["end_ns"].tolist() == [100 * i + 60 for i in range(40 - capacity, 40)]
+    assert cols["prefill_tokens"].tolist() == [i % 7 for i in range(40 - capacity, 40)]
+    assert cols["num_requests"].tolist() == [1 + i % 4 for i in range(40 - capacity, 40)]
     assert lane.columns(since_ns=100 * 37 + 60)["end_ns"].tolist() == [3860, 3960]
     # requests: scheduled during step 33 (first token in 34), last token in 38; one scheduled in step 10
     sched, first, last = (np.array(v, np.int64) for v in ([3310, 1010], [3460, 1160], [3860, 3860]))
