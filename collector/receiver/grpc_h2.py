@@ -102,7 +102,7 @@ def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
 
 
 def _literal(name: bytes, value: bytes) -> bytes:
-    """A header field as a literal, never added to the decoder's table (HPACK §6.2.2), no Huffman."""
+    """A header field as a literal without indexing (HPACK §6.2.2: not added to the decoder's table), no Huffman."""
     return b"\x00" + _hpack_int(len(name), 7, 0) + name + _hpack_int(len(value), 7, 0) + value
 
 
