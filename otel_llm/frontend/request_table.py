@@ -21,11 +21,12 @@ Request-level work is folded in batches: a step checks its lifecycle events' han
 the events, a first token only stamps its request's slot, and a finished request's handle stops
 being valid at once while its state stays in its slot, until `fold` applies the events and
 observes `fold_at` first tokens or finished requests together (a dozen histogram records cost
-about the same for one request or thirty) and frees the finished slots. The owner folds before
+about the same for one request or a hundred; 128 at a time, the engine lane's per-request step
+summaries too) and frees the finished slots. The owner folds before
 every read (snapshot, Triton statistics), so a read never misses one. With a tracer the spans of
 the sampled requests are built at the fold, so a sampled request's finish waits for the batch at
 most `SPANS_WITHIN_NS` (checked at each step), and not at all when no request is left live: the
-span trees of a busy engine are built tens at a time.
+span trees of a busy engine are built up to a hundred at a time.
 
 Interval semantics are vLLM v1's (`vllm/v1/metrics/stats.py`):
 queue = first SCHEDULED - QUEUED (reschedules after preemption ignored),
@@ -92,7 +93,7 @@ _RUN_STEPS = 4096  # step timestamps kept for deferred (run) updates; then a che
 _PENDING_EVENTS = 4096  # lifecycle events kept before they are applied (and applied at every fold)
 _JUDGE_BATCH = 1024  # finished requests judged against their SLO objectives at once (and before every read)
 SPANS_WITHIN_NS = 100_000_000  # with a tracer, a sampled request's spans are emitted at most this long after its finish
-FOLD_BATCH = 32  # first tokens, and finished requests, folded into the aggregates at once (and before every read)
+FOLD_BATCH = 128  # first tokens, and finished requests, folded into the aggregates at once (and before every read)
 
 
 @dataclass(frozen=True)
