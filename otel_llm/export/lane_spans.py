@@ -22,6 +22,7 @@ import numpy as np
 from otel_llm.engine.step import ForwardSource
 
 LANE_SPAN = "engine steps"
+_NO_FORWARD = int(ForwardSource.NONE)  # (a plain int: numpy converts an enum member slowly)
 LANE_PREFIX = "otel_llm.lane."
 # (attribute suffix, lane column): integer arrays copied as they are
 _COUNTS = (("prefill_tokens", "prefill_tokens"), ("decode_tokens", "decode_tokens"),
@@ -33,7 +34,7 @@ STEP_COLUMNS = ("start_ns", "end_ns", "forward_ns", "kv_usage", *(column for _, 
 def lane_attributes(cols: dict[str, np.ndarray], start_ns: int) -> dict:
     """The window's attributes from `EngineLane.columns` (engine ns; `start_ns`: the span's start)."""
     sources = cols["forward_source"]
-    measured = sources != ForwardSource.NONE
+    measured = sources != _NO_FORWARD
     attrs = {
         LANE_PREFIX + "steps": len(sources),
         LANE_PREFIX + "forward_source": ForwardSource(int(sources.max())).name.lower() if len(sources) else "none",

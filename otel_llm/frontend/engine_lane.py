@@ -182,13 +182,12 @@ class EngineLane:
 
     def columns(self, since_ns: int = 0) -> dict[str, np.ndarray]:
         """The kept steps that ended after `since_ns`, oldest first: `end_ns` and each `StepLane` field, an array each
-        (copies). Call `fold` first."""
+        (fields of one copy of the rows, in the lane's dtypes). Call `fold` first."""
         ends = self._ends[self._lo:self._hi]
         rows = slice(self._lo + int(np.searchsorted(ends, since_ns, "right")), self._hi)
-        lanes = self._lanes[rows]
+        lanes = np.frombuffer(self._raw[rows.start * LANE_SIZE:rows.stop * LANE_SIZE], LANE_DTYPE)  # (a copy)
         out = {"end_ns": self._ends[rows].copy()}
-        out.update((name, lanes[name].astype(np.float64 if name == "kv_usage" else np.int64))
-                   for name in LANE_DTYPE.names)
+        out.update((name, lanes[name]) for name in LANE_DTYPE.names)
         return out
 
     def summaries(self, sched: np.ndarray, first: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray] | None:
