@@ -218,7 +218,7 @@ class EngineLane:
     def _max_batch(self, i0: np.ndarray, i1: np.ndarray) -> np.ndarray:
         """The most requests in one step of each window range [i0, i1) (0 for an empty one). From
         `_SCALAR_FOLD` ranges on, one `reduceat` over the ranges interleaved with the gaps between
-        them (a fold's 32 requests: a tenth of the time of a max per range)."""
+        them (a fold of 32 requests: a tenth of the time of a max per range)."""
         lo, hi = self._lo, self._hi
         if len(i0) < _SCALAR_FOLD:
             return np.array([int(self._batch[lo + a:lo + b].max()) if b > a else 0
