@@ -8,7 +8,7 @@ the sink parses once (the metric store with its fast view) and a malformed messa
 with a client CA); with `auth`, a call without the credentials in its ``authorization`` metadata
 answers ``UNAUTHENTICATED``. Other signals' services answer ``UNIMPLEMENTED``.
 
-The server is `grpc_h2.UnaryServer` (HTTP/2 on asyncio), not grpcio's: a sixth of its CPU per
+The server is `grpc_h2.UnaryServer` (HTTP/2 on asyncio), not grpcio's: a fifth of its CPU per
 call (`benchmarks/grpc_server_bench.py`). Its connection bounds are the listener's
 `HttpServerSettings` (connections, header, body, idle and write timeouts).
 
