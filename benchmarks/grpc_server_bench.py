@@ -163,12 +163,12 @@ async def _serve_grpclib() -> None:
 
 
 def _serve_otel_llm_h2() -> None:
-    from otel_llm.collector.receiver.grpc_h2 import Limits, UnaryServer
+    from otel_llm.collector.receiver.grpc_h2 import UnaryServer
 
     decode, empty = _handlers()
     server = UnaryServer({METRICS_EXPORT: lambda payload: decode(payload).SerializeToString(),
                           EMPTY_EXPORT: lambda payload: empty(payload).SerializeToString()},
-                         limits=Limits(max_message_bytes=MAX_MESSAGE_BYTES))
+                         max_message_bytes=MAX_MESSAGE_BYTES)
     _announce(server.start())
     threading.Event().wait()
 

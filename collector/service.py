@@ -114,8 +114,7 @@ class Collector:
                                                    signals=signals, server=config.http_server))
         self.grpc = None if config.otlp_grpc_port is None else OtlpGrpcReceiver(
             self._sink("grpc"), OtlpGrpcReceiverConfig(config.host, config.otlp_grpc_port, config.max_body_bytes,
-                                                       signals=signals, tls=config.http_server.tls,
-                                                       auth=config.http_server.auth, server=config.http_server))
+                                                       signals=signals, server=config.http_server))
         self.scrape = None if config.prometheus_port is None else ScrapeEndpoint(
             self.render, config.host, config.prometheus_port, self.store.router.profile.openmetrics,
             config.http_server)

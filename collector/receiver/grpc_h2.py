@@ -9,7 +9,7 @@ the answer in one write (headers, message, trailers), or trailers only for an er
 
 One event loop thread serves every connection; handlers run on it (the receiver's sink is CPU
 work: a thread hand-off per call would cost more than it saves). Bounds, from the listener's
-`HttpServerSettings`: connections (beyond `max_connections`, closed at once), the preface and
+`HttpServerSettings` (the collector's connection flags): connections (beyond `max_connections`, closed at once), the preface and
 first request within `header_timeout_s`, each request's message within `body_timeout_s` (else the
 stream is reset), connections with no call for `idle_timeout_s` closed with GOAWAY, a client that
 does not read its answers for `write_timeout_s` closed; per connection at most
@@ -29,9 +29,10 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import hpack
+
+from otel_llm.collector.http_endpoint import HttpServerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +73,6 @@ class GrpcError(Exception):
 
 
 Handler = Callable[[bytes], bytes]  # request message -> response message; raises GrpcError
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_connections: int = 256
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    idle_timeout_s: float = 300.0
-    write_timeout_s: float = 30.0
-    max_message_bytes: int = 16 * 1024 * 1024
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
@@ -148,10 +139,10 @@ class _Head:
 
 
 class _Stream:
-    __slots__ = ("path", "authorization", "encoding", "body", "unacked", "deadline")
+    __slots__ = ("head", "body", "unacked", "deadline")
 
-    def __init__(self, deadline: float) -> None:
-        self.path = self.authorization = self.encoding = None
+    def __init__(self, head: _Head, deadline: float) -> None:
+        self.head = head
         self.body = bytearray()
         self.unacked = 0  # received bytes not yet given back as stream window
         self.deadline = deadline
@@ -165,7 +156,7 @@ class _ConnectionError(Exception):
 
 class _Connection(asyncio.Protocol):
     def __init__(self, server: UnaryServer) -> None:
-        self.server, self.limits = server, server.limits
+        self.server, self.settings = server, server.settings
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.preface = False
@@ -182,7 +173,7 @@ class _Connection(asyncio.Protocol):
         self.pending: list[tuple[int, bytes]] = []  # answers waiting for connection window: (DATA bytes, frames)
         self.out: list[bytes] = []
         now = time.monotonic()
-        self.deadline = now + self.limits.header_timeout_s  # the preface and the first request
+        self.deadline = now + self.settings.header_timeout_s  # the preface and the first request
         self.idle_since = now
         self.paused_since = 0.0  # the transport's buffer is full: the client does not read
         self.closing = False  # our GOAWAY was sent: no new calls
@@ -191,7 +182,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        if len(self.server.connections) >= self.limits.max_connections:
+        if len(self.server.connections) >= self.settings.max_connections:
             self.server.refused += 1
             transport.abort()
             return
@@ -229,6 +220,10 @@ class _Connection(asyncio.Protocol):
         except Exception:  # a bug here must cost one connection, never the server
             logger.exception("gRPC connection failed")
             self._go_away(INTERNAL_ERROR, "internal error")
+        self._flush()
+
+    def _flush(self) -> None:
+        """Writes what the handling of the last frames answered, in one write."""
         if self.out:
             self.transport.write(b"".join(self.out))
             self.out.clear()
@@ -364,20 +359,19 @@ class _Connection(asyncio.Protocol):
             self.out.append(frame(RST_STREAM, 0, stream_id, struct.pack(">L", REFUSED_STREAM)))
             return
         now = time.monotonic()
-        stream = _Stream(now + self.limits.body_timeout_s)
+        stream = _Stream(head, now + self.settings.body_timeout_s)
         self.deadline = 0.0  # past the first request: the idle timeout applies
-        stream.path, stream.authorization, stream.encoding = head.path, head.authorization, head.encoding
         self.streams[stream_id] = stream
         error = None
         if head.method != "POST" or not (head.content_type or "").startswith("application/grpc"):
             error = (Status.INTERNAL, f"not a gRPC request: {head.method} with content-type {head.content_type}")
-        elif stream.path not in self.server.handlers:
-            error = (Status.UNIMPLEMENTED, f"unknown method {stream.path}")
-        elif self.server.authorize is not None and not self.server.authorize(stream.authorization):
+        elif head.path not in self.server.handlers:
+            error = (Status.UNIMPLEMENTED, f"unknown method {head.path}")
+        elif self.server.authorize is not None and not self.server.authorize(head.authorization):
             self.server.unauthorized += 1
             error = (Status.UNAUTHENTICATED, "missing or wrong credentials")
-        elif stream.encoding not in (None, "identity", "gzip", "deflate"):
-            error = (Status.UNIMPLEMENTED, f"message encoding {stream.encoding!r} not supported")
+        elif head.encoding not in (None, "identity", "gzip", "deflate"):
+            error = (Status.UNIMPLEMENTED, f"message encoding {head.encoding!r} not supported")
         if error is not None:
             self._answer(stream_id, stream, error[0], error[1], flags & END_STREAM)
         elif flags & END_STREAM:
@@ -397,9 +391,9 @@ class _Connection(asyncio.Protocol):
         if stream.unacked > _STREAM_WINDOW:
             raise _ConnectionError(FLOW_CONTROL_ERROR, f"DATA beyond stream {stream_id}'s window")
         data = self._unpad(flags, payload)
-        if len(stream.body) + len(data) > self.limits.max_message_bytes + 5:
+        if len(stream.body) + len(data) > self.server.max_message_bytes + 5:
             self._answer(stream_id, stream, Status.RESOURCE_EXHAUSTED,
-                         f"request message over the limit of {self.limits.max_message_bytes} bytes",
+                         f"request message over the limit of {self.server.max_message_bytes} bytes",
                          flags & END_STREAM)
         else:
             stream.body += data
@@ -414,7 +408,7 @@ class _Connection(asyncio.Protocol):
     def _credit(self) -> None:
         """Gives received bytes back as connection window, unless the streams hold more than one
         message's limit (then the client waits until calls are answered)."""
-        if self.conn_unacked >= _CONNECTION_WINDOW // 2 and self.held <= self.limits.max_message_bytes:
+        if self.conn_unacked >= _CONNECTION_WINDOW // 2 and self.held <= self.server.max_message_bytes:
             self.out.append(frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", self.conn_unacked)))
             self.conn_unacked = 0
 
@@ -436,11 +430,11 @@ class _Connection(asyncio.Protocol):
             return
         message = bytes(memoryview(body)[5:])
         if body[0]:
-            if stream.encoding in (None, "identity"):
+            if stream.head.encoding in (None, "identity"):
                 self._trailers_only(stream_id, Status.INTERNAL, "compressed message without grpc-encoding")
                 return
-            limit = self.limits.max_message_bytes
-            inflate = zlib.decompressobj(zlib.MAX_WBITS | 16 if stream.encoding == "gzip" else zlib.MAX_WBITS)
+            limit = self.server.max_message_bytes
+            inflate = zlib.decompressobj(zlib.MAX_WBITS | 16 if stream.head.encoding == "gzip" else zlib.MAX_WBITS)
             try:
                 message = inflate.decompress(message, limit + 1)
             except zlib.error as exc:
@@ -451,12 +445,12 @@ class _Connection(asyncio.Protocol):
                                     f"decompressed request message over the limit of {limit} bytes")
                 return
         try:
-            reply = self.server.handlers[stream.path](message)
+            reply = self.server.handlers[stream.head.path](message)
         except GrpcError as exc:
             self._trailers_only(stream_id, exc.code, exc.message)
             return
         except Exception:
-            logger.exception("gRPC handler for %s failed", stream.path)
+            logger.exception("gRPC handler for %s failed", stream.head.path)
             self._trailers_only(stream_id, Status.INTERNAL, "internal error in the handler")
             return
         size = len(reply) + 5
@@ -492,8 +486,7 @@ class _Connection(asyncio.Protocol):
         GOAWAY are answered, or known unprocessed (and retried elsewhere)."""
         self.closing = True
         self.out.append(frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + reason.encode()[:256]))
-        self.transport.write(b"".join(self.out))
-        self.out.clear()
+        self._flush()
         if grace_s:
             asyncio.get_running_loop().call_later(grace_s, self.transport.close)
         else:
@@ -503,7 +496,7 @@ class _Connection(asyncio.Protocol):
         """Deadlines: the preface and first request, each request's message, idle, a client not reading."""
         if self.transport is None or self.transport.is_closing():
             return
-        if self.paused_since and now - self.paused_since > self.limits.write_timeout_s:
+        if self.paused_since and now - self.paused_since > self.settings.write_timeout_s:
             self.server.timeouts["write"] += 1
             self.transport.abort()
         elif self.closing:
@@ -511,7 +504,7 @@ class _Connection(asyncio.Protocol):
         elif self.deadline and now > self.deadline:
             self.server.timeouts["header"] += 1
             self._go_away(NO_ERROR, "no request within the header timeout", _GRACE_S)
-        elif not self.streams and now - self.idle_since > self.limits.idle_timeout_s:
+        elif not self.streams and now - self.idle_since > self.settings.idle_timeout_s:
             self.server.timeouts["idle"] += 1
             self._go_away(NO_ERROR, "idle", _GRACE_S)
         else:
@@ -520,20 +513,20 @@ class _Connection(asyncio.Protocol):
                     self.server.timeouts["body"] += 1
                     self._answer(stream_id, stream, Status.DEADLINE_EXCEEDED,
                                  "the request message did not arrive within the body timeout", 0)
-            if self.out:
-                self.transport.write(b"".join(self.out))
-                self.out.clear()
+            self._flush()
 
 
 class UnaryServer:
     """Serves `handlers` (``"/package.Service/Method"`` -> handler) on ``host:port`` until stopped."""
 
     def __init__(self, handlers: Mapping[str, Handler], host: str = "127.0.0.1", port: int = 0, *,
-                 limits: Limits | None = None, ssl_context: ssl.SSLContext | None = None,
+                 settings: HttpServerSettings | None = None, max_message_bytes: int = 16 * 1024 * 1024,
+                 ssl_context: ssl.SSLContext | None = None,
                  authorize: Callable[[str | None], bool] | None = None, name: str = "grpc") -> None:
         self.handlers = dict(handlers)
         self.host, self.requested_port = host, port
-        self.limits = limits or Limits()
+        self.settings = settings or HttpServerSettings()  # its bounds (its tls and auth: the arguments)
+        self.max_message_bytes = max_message_bytes
         self.authorize = authorize
         if ssl_context is not None:
             ssl_context.set_alpn_protocols(["h2"])
@@ -556,7 +549,7 @@ class UnaryServer:
             self._stopped = asyncio.Event()
             try:
                 server = await asyncio.get_running_loop().create_server(
-                    lambda: _Connection(self), self.host, self.requested_port, ssl=self.ssl_context, backlog=4096,
+                    lambda: _Connection(self), self.host, self.requested_port, ssl=self.ssl_context, backlog=self.settings.backlog,
                     reuse_address=True)
             except BaseException as exc:
                 failure.append(exc)
@@ -583,7 +576,7 @@ class UnaryServer:
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(min(1.0, self.limits.header_timeout_s / 4))
+            await asyncio.sleep(min(1.0, self.settings.header_timeout_s / 4))
             now = time.monotonic()
             for connection in list(self.connections):
                 connection.sweep(now)

@@ -4,8 +4,8 @@ The same sink as the HTTP receiver (`otlp_http.Sink`) gets the request's protobu
 the sink parses once (the metric store with its fast view) and a malformed message answers
 ``INVALID_ARGUMENT`` with the parse error. A sink that refuses part of a request answers with
 ``partial_success``; one that raises answers ``INTERNAL`` and is logged. Messages over
-``max_message_bytes`` answer ``RESOURCE_EXHAUSTED``. With `tls`, the port is a TLS one (mutual
-with a client CA); with `auth`, a call without the credentials in its ``authorization`` metadata
+``max_message_bytes`` answer ``RESOURCE_EXHAUSTED``. With the settings' `tls`, the port is a TLS one (mutual
+with a client CA); with their `auth`, a call without the credentials in its ``authorization`` metadata
 answers ``UNAUTHENTICATED``. Other signals' services answer ``UNIMPLEMENTED``.
 
 The server is `grpc_h2.UnaryServer` (HTTP/2 on asyncio), not grpcio's: a fifth of its CPU per
@@ -20,11 +20,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from otel_llm.cli.tls import TlsConfig
-from otel_llm.collector.extension.auth import Authenticator
 from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.pdata.otlp_codec import PayloadError
-from otel_llm.collector.receiver.grpc_h2 import GrpcError, Limits, Status, UnaryServer
+from otel_llm.collector.receiver.grpc_h2 import GrpcError, Status, UnaryServer
 from otel_llm.collector.receiver.otlp_http import ROUTES, Signal, SignalRoute, Sink, export_response
 
 logger = logging.getLogger(__name__)
@@ -42,9 +40,7 @@ class OtlpGrpcReceiverConfig:
     port: int = 0  # 0 = any free port; read the bound one from OtlpGrpcReceiver.port
     max_message_bytes: int = 16 * 1024 * 1024
     signals: frozenset[Signal] = frozenset(Signal)  # others answer UNIMPLEMENTED
-    tls: TlsConfig | None = None
-    auth: Authenticator | None = None
-    server: HttpServerSettings = field(default_factory=HttpServerSettings)  # its tls and auth are not read
+    server: HttpServerSettings = field(default_factory=HttpServerSettings)  # bounds, TLS and credentials
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -77,11 +73,10 @@ class OtlpGrpcReceiver:
         config, settings = self.config, self.config.server
         handlers = {f"/{_SERVICES[route.signal]}/Export": self._export_handler(route)
                     for route in ROUTES.values() if route.signal in config.signals}
-        limits = Limits(settings.max_connections, settings.header_timeout_s, settings.body_timeout_s,
-                        settings.idle_timeout_s, settings.write_timeout_s, config.max_message_bytes)
-        server = UnaryServer(handlers, config.host, config.port, limits=limits,
-                             ssl_context=None if config.tls is None else config.tls.server_context(),
-                             authorize=None if config.auth is None else config.auth.check, name="otlp-grpc")
+        server = UnaryServer(handlers, config.host, config.port, settings=settings,
+                             max_message_bytes=config.max_message_bytes,
+                             ssl_context=None if settings.tls is None else settings.tls.server_context(),
+                             authorize=None if settings.auth is None else settings.auth.check, name="otlp-grpc")
         try:
             self.port = server.start()
         except OSError as exc:

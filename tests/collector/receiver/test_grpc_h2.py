@@ -12,6 +12,7 @@ import grpc
 import hpack
 import pytest
 
+from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.receiver.grpc_h2 import (
     DATA,
     GOAWAY,
@@ -22,7 +23,6 @@ from otel_llm.collector.receiver.grpc_h2 import (
     SETTINGS,
     WINDOW_UPDATE,
     GrpcError,
-    Limits,
     Status,
     UnaryServer,
     frame,
@@ -43,8 +43,8 @@ def _crash(message: bytes) -> bytes:
 def make_server():
     servers = []
 
-    def make(limits=None, **kwargs) -> UnaryServer:
-        server = UnaryServer({ECHO: lambda m: m[::-1], FAIL: _fail, CRASH: _crash}, limits=limits, **kwargs)
+    def make(settings=None, **kwargs) -> UnaryServer:
+        server = UnaryServer({ECHO: lambda m: m[::-1], FAIL: _fail, CRASH: _crash}, settings=settings, **kwargs)
         server.start()
         servers.append(server)
         return server
@@ -60,7 +60,7 @@ def _call(channel, path, payload, **kwargs):
 
 
 def test_grpcio_client_calls_answers_errors_and_compression(make_server, caplog):
-    server = make_server(Limits(max_message_bytes=4 << 20))
+    server = make_server(max_message_bytes=4 << 20)
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         assert _call(channel, ECHO, b"abc") == b"cba"
         assert _call(channel, ECHO, b"") == b""
@@ -180,7 +180,7 @@ def test_bad_preface_is_refused_with_a_protocol_error(make_server):
 
 
 def test_header_body_and_idle_timeouts(make_server):
-    server = make_server(Limits(header_timeout_s=0.3, body_timeout_s=0.3, idle_timeout_s=0.6))
+    server = make_server(HttpServerSettings(header_timeout_s=0.3, body_timeout_s=0.3, idle_timeout_s=0.6))
     silent = RawClient(server.port)  # a preface, then nothing
     assert any(kind == GOAWAY for kind, *_ in silent.frames(_closed_or_goaway))
     assert server.timeouts["header"] == 1
@@ -199,7 +199,7 @@ def test_header_body_and_idle_timeouts(make_server):
 
 
 def test_connection_limit(make_server):
-    server = make_server(Limits(max_connections=2))
+    server = make_server(HttpServerSettings(max_connections=2))
     kept = [RawClient(server.port) for _ in range(2)]
     for client in kept:
         client.sock.sendall(client.call_frames(1, b"ok"))
@@ -226,7 +226,7 @@ def test_streams_beyond_the_limit_are_refused_not_held(make_server):
 
 
 def test_a_compression_bomb_is_refused(make_server):
-    server = make_server(Limits(max_message_bytes=1 << 20))
+    server = make_server(max_message_bytes=1 << 20)
     client = RawClient(server.port)
     bomb = gzip.compress(b"\0" * (64 << 20))
     assert len(bomb) < 1 << 20
@@ -238,7 +238,7 @@ def test_a_compression_bomb_is_refused(make_server):
 def test_data_beyond_the_windows_is_a_flow_control_error(make_server):
     """The server gives window back only while its streams hold at most one message's limit: a
     client that sends more than it was given is cut off, so no more is ever held."""
-    server = make_server(Limits(max_message_bytes=1 << 20, body_timeout_s=5))
+    server = make_server(HttpServerSettings(body_timeout_s=5), max_message_bytes=1 << 20)
     client = RawClient(server.port)
     chunk = b"z" * 16000
     client.sock.settimeout(2)
@@ -281,7 +281,7 @@ def test_a_port_in_use_is_an_error_naming_it():
 def test_a_client_that_does_not_read_its_answers_is_closed(make_server):
     """It opens its windows wide and sends calls without reading: once the answers fill the socket,
     the server stops reading its calls, and closes it after the write timeout."""
-    server = make_server(Limits(write_timeout_s=0.5))
+    server = make_server(HttpServerSettings(write_timeout_s=0.5))
     client = RawClient(server.port)
     client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     client.sock.sendall(frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", 2**31 - 1 - 65535)))
