@@ -18,7 +18,8 @@ The standard library's `http.server` (one thread per connection), bounded at its
 Why not uvicorn (which the reference server uses): it has neither header nor body read
 deadlines, so they would be written again there; each listener's work (decoding OTLP, rendering
 ``/metrics``, SQLite queries) is CPU- or disk-bound and would leave the event loop for a thread
-anyway; and a request's framing here costs a small part of its decoding (`collector_bench`).
+anyway; and a request's framing here, its headers read without `email`'s parser
+(`http_connection.read_headers`), costs a small part of its decoding (`collector_bench`).
 
 Threads: one accepting thread, one per connection (handlers' methods run there and must touch
 only thread-safe state), one for refused connections (`RefusedConnections`).

@@ -3,6 +3,7 @@ idle and too many clients: deadlines per phase, idle connections making room, 50
 answers, a backlog for a fleet; each counted on the collector's own /metrics."""
 
 import http.client
+import io
 import socket
 import time
 import urllib.error
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from otel_llm.collector.http_connection import read_headers
 from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.service import Collector, CollectorConfig
 from otel_llm.collector.tracestore.store import TraceStoreConfig
@@ -147,3 +149,90 @@ def test_the_backlog_holds_a_fleet_connecting_while_the_listener_is_busy() -> No
             for sock in sockets:
                 sock.close()
         assert len(sockets) == 200
+
+
+HEADER_BLOCKS = (
+    b"Host: a\r\nContent-Type: application/x-protobuf\r\nContent-Length: 12\r\n\r\n",
+    b"host:a\r\nX-Empty:\r\nX-Spaces: \t  v  \r\nX-Twice: 1\r\nx-twice: 2\r\n\r\n",  # as the parser keeps them
+    b"Host: a\nLF-Only: yes\n\n",
+    b"X-Latin: caf\xe9\r\nX-Colons: a:b:c\r\n\r\n",
+    b"Folded: first\r\n  second\r\nAfter: x\r\n\r\n",  # obsolete folding: the standard library's parser
+    b"No colon here\r\nHost: a\r\n\r\n",
+    b": no name\r\nHost: a\r\n\r\n",
+    b"Bad Name: x\r\nHost: a\r\n\r\n",
+    b"Host : a\r\nAfter: x\r\n\r\n",
+    b"Caf\xe9: x\r\nHost: a\r\n\r\n",
+    b"Ctl\x7f: x\r\nHost: a\r\n\r\n",
+    b"\r\n",
+    b"Host: a\r\n",  # the stream ends before the empty line
+)
+
+
+@pytest.mark.parametrize("block", HEADER_BLOCKS)
+def test_header_blocks_read_as_the_standard_library_reads_them(block: bytes) -> None:
+    ours, theirs = read_headers(io.BytesIO(block)), http.client.parse_headers(io.BytesIO(block))
+    assert ours.items() == theirs.items()
+    for name in ("host", "content-type", "content-length", "x-twice", "folded", "after", "x-spaces"):
+        assert ours.get(name) == theirs.get(name) and ours.get_all(name) == theirs.get_all(name)
+    assert ours.get_content_type() == theirs.get_content_type()
+
+
+@pytest.mark.parametrize("block", [b"X-Long: " + b"a" * n + b"\r\n\r\n" for n in (65_526, 65_527)]
+                         + [b"".join(b"X-%d: v\r\n" % i for i in range(n)) + b"\r\n" for n in (99, 100)])
+def test_header_limits_are_the_standard_librarys(block: bytes) -> None:
+    try:
+        theirs = http.client.parse_headers(io.BytesIO(block)).items()
+    except http.client.HTTPException as exc:
+        with pytest.raises(type(exc)):
+            read_headers(io.BytesIO(block))
+    else:
+        assert read_headers(io.BytesIO(block)).items() == theirs
+
+
+def raw_exchange(collector: Collector, request: bytes) -> bytes:
+    with socket.create_connection(address(collector, "otlp_http"), timeout=5) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_requests_off_the_fast_path_are_answered_as_before(collector) -> None:
+    body = one_span_protobuf()
+    post = (b"POST /v1/traces HTTP/1.0\r\nContent-Type: application/x-protobuf\r\nContent-Length: %d\r\n"
+            b"X-Folded: a\r\n b\r\n\r\n" % len(body)) + body
+    answer = raw_exchange(collector, post)  # HTTP/1.0, a folded header: answered, then closed
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"Content-Type: application/x-protobuf" in answer
+    # refused by http.server's own parsing (its error page, without a status line: it never read a version)
+    assert b"Error code: 505" in raw_exchange(collector, b"POST /v1/traces HTTP/2.0\r\n\r\n")
+    assert b"Error code: 400" in raw_exchange(collector, b"POST /v1/traces HTTP/1.x\r\n\r\n")
+    assert b"Error code: 400" in raw_exchange(collector, b"POST /v1/traces\r\n\r\n")
+    too_many = b"GET /metrics HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n"
+    assert raw_exchange(collector, too_many).startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_keep_alive_connection_serves_requests_with_their_body_in_one_write(collector) -> None:
+    body = one_span_protobuf()
+    request = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with socket.create_connection(address(collector, "otlp_http"), timeout=5) as sock:
+        for _ in range(3):
+            sock.sendall(request)
+            answer = sock.recv(65536)  # headers and body of a small answer arrive together
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            assert head.startswith(b"HTTP/1.1 200 ") and len(rest) == length
+
+
+def test_the_date_header_is_the_current_second() -> None:
+    from email.utils import parsedate_to_datetime
+
+    from otel_llm.collector.http_connection import EndpointHandler
+
+    handler = EndpointHandler.__new__(EndpointHandler)
+    before = int(time.time())
+    first, again = handler.date_time_string(), handler.date_time_string()
+    assert first == again and before <= parsedate_to_datetime(first).timestamp() <= time.time()
+    assert handler.date_time_string(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
