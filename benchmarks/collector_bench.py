@@ -215,7 +215,7 @@ def ingest_rate(transport: str, bodies: list[bytes], seconds: float, secure: Sec
             where, send = collector.http_port, functools.partial(send_http, secure=secure)
         else:
             where, send = collector.grpc_target, send_grpc
-        send(where, bodies[:2], 0.3)  # warm up: series created, caches filled
+        send(where, bodies, 0.3)  # warm up, in whole passes: every server's series exist before the clock starts
         sent = [0] * senders
         threads = [threading.Thread(target=lambda i=i: sent.__setitem__(i, send(where, bodies[i::senders], seconds)))
                    for i in range(senders)]

@@ -154,8 +154,9 @@ class MetricStore:
         self._sender_metrics: dict[bytes, dict[tuple, MetricSeries]] = {}  # the same by resource (drop_unseen's)
         self._num_series = 0
         self._routes: dict[tuple, tuple[Route, ...]] = {}  # (scope, name, kind, monotonic) -> routes; none: dropped
-        # (resource, scope, name, kind, monotonic) -> per route, (route, its input series)
-        self._known: dict[tuple, tuple[tuple[Route, MetricSeries], ...]] = {}
+        # resource -> scope -> metric name -> (kind, monotonic, per route (route, its input series)): a
+        # sender's metric found by its name alone, its resource and scope looked up once per request
+        self._plans: dict[bytes, dict[bytes, dict[str, tuple]]] = {}
         self._clock = clock
 
     # -- ingestion -----------------------------------------------------------------------
@@ -183,17 +184,19 @@ class MetricStore:
                         reasons[f"bad resource: {exc}"] = None
                         continue
                 resource.seen_s = now
+                scopes = self._plans.setdefault(resource_key, {})
                 for sm in rm.scope_metrics:
                     scope = sm.scope  # (read once: each read is a new bytes object, hashed anew)
+                    plan = scopes.setdefault(scope, {})
                     for metric in sm.metrics[:]:
-                        ok, bad, reason = self._metric(resource, resource_key, scope, metric, now)
+                        ok, bad, reason = self._metric(resource, resource_key, scope, plan, metric, now)
                         accepted += ok
                         refused += bad
                         if reason and len(reasons) < _MAX_REASONS:
                             reasons[reason] = None
         return IngestResult(accepted, refused, "; ".join(reasons))
 
-    def _metric(self, resource: ResourceInfo, resource_key: bytes, scope: bytes, metric, now: float):
+    def _metric(self, resource: ResourceInfo, resource_key: bytes, scope: bytes, plan: dict, metric, now: float):
         kind = metric.WhichOneof("data")
         if kind is None:
             return 0, 0, ""
@@ -209,8 +212,8 @@ class MetricStore:
                                         "cumulative" if temporality else f"{name}: aggregation temporality unspecified")
         else:
             return 0, len(points), f"{name}: {kind} points are not supported (use explicit buckets)"
-        known = self._known.get((resource_key, scope, name, kind, monotonic))
-        if known is None:
+        entry = plan.get(name)
+        if entry is None or entry[0] != kind or entry[1] != monotonic:
             routes = self._routes.get((scope, name, kind, monotonic))
             if routes is None:
                 try:
@@ -218,10 +221,11 @@ class MetricStore:
                                                                                               monotonic)
                 except (DecodeError, ValueError) as exc:
                     return 0, len(points), f"{name}: {exc}"
-            if not routes:
-                return len(points), 0, ""  # a canonical instrument the profile does not expose
-            known = self._known[(resource_key, scope, name, kind, monotonic)] = tuple(
-                (route, self._metric_series((resource_key, scope, name, i))) for i, route in enumerate(routes))
+            entry = plan[name] = (kind, monotonic, tuple(
+                (route, self._metric_series((resource_key, scope, name, i))) for i, route in enumerate(routes)))
+        known = entry[2]
+        if not known:
+            return len(points), 0, ""  # a canonical instrument the profile does not expose
         apply = self._histogram_points if kind == "histogram" else self._number_points
         delta = temporality == wire.DELTA
         bad, reason = 0, ""
@@ -384,6 +388,7 @@ class MetricStore:
             for key, resource in list(self.resources.items()):
                 if resource.num_series <= 0 and resource.seen_s < deadline:
                     del self.resources[key]
+                    self._plans.pop(key, None)
         return removed
 
     def drop_unseen(self, resource_key: bytes, since: float) -> int:
@@ -407,8 +412,10 @@ class MetricStore:
             del sender[metric_key]
             if not sender:
                 del self._sender_metrics[metric_key[0]]
-            for known_key in [k for k, routes in self._known.items() if any(m is metric for _, m in routes)]:
-                del self._known[known_key]
+            resource_key, scope, name, _ = metric_key
+            plan = self._plans.get(resource_key, {}).get(scope, {})
+            if any(m is metric for _, m in plan.get(name, (None, None, ()))[2]):
+                del plan[name]  # its next point finds the routes again, and a new MetricSeries
         return len(stale)
 
     def _remove(self, metric: MetricSeries, s: Series) -> None:

@@ -156,6 +156,29 @@ def test_silent_series_expire():
     assert store.expire() == 1 and render(store) == b"" and store.num_series() == 0
 
 
+def test_a_sender_whose_series_went_is_taken_again_and_can_go_again():
+    """The store finds a sender's metrics by name from the sender's plan: a metric whose series all
+    expired or stopped being scraped leaves it, so the next point is placed (and indexed) anew."""
+    clock = Clock()
+    store = MetricStore(StoreConfig(expiry_s=60), clock=clock)
+    store.ingest(request([counter("a", 1), gauge("g", 5)], instance="x"))
+    clock.t += 61
+    assert store.expire() == 2 and store.num_series() == 0 and render(store) == b""
+    store.ingest(request([counter("a", 2)], instance="x"))
+    labels = '{otel_scope_name="test.scope",otel_scope_version="1.0",job="app",instance="x"}'
+    assert samples(render(store).decode())["a_total" + labels] == 2
+    resource = next(iter(store.resources))
+    since = clock.t + 1
+    clock.t += 2
+    store.ingest(request([gauge("g", 7)], instance="x"))
+    assert store.drop_unseen(resource, since) == 1  # `a` was not in the last scrape
+    store.ingest(request([counter("a", 3)], instance="x"))
+    values = samples(render(store).decode())
+    assert values["a_total" + labels] == 3 and values["g" + labels] == 7
+    clock.t += 61
+    assert store.expire() == 2 and store.num_series() == 0 and store.resources == {}
+
+
 def test_cardinality_limit_overflow_series_and_bounded_memory():
     store = MetricStore(StoreConfig(cardinality_limit=100))
     points = [metrics_pb2.NumberDataPoint(attributes=kvs({"user": f"u{i}"}), start_time_unix_nano=SEC,
