@@ -200,7 +200,8 @@ class Scraper:
             payload = self.converter.up_only(now_ns, {"up": 0.0, "scrape_duration_seconds": time.monotonic() - t0,
                                                       "scrape_samples_scraped": 0.0})
         self._ingest(payload)
-        self.store.drop_unseen(self.converter.resource_key, since)
+        if not self.converter.same_series:  # (a body of the last one's shape: every series there again)
+            self.store.drop_unseen(self.converter.resource_key, since)
         with self._lock:
             self.scrapes += 1
             if error is not None:

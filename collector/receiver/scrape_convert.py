@@ -44,6 +44,9 @@ class Converter:
         self.first_ns = 0
         self._plan: Plan | None = None
         self._skeleton: Skeleton | None = None  # the plan's body's, when a text body and plain
+        # the last payload came from the plan before it (the body's shape unchanged): it holds every series
+        # the one before it held, so none can have gone from the target
+        self.same_series = False
 
     def convert(self, text: str, openmetrics: bool, now_ns: int, extra: dict[str, float]) -> bytes:
         """ExportMetricsServiceRequest bytes. `extra`: gauges to add (up, scrape_duration_seconds), and
@@ -51,6 +54,8 @@ class Converter:
         if not self.first_ns:
             self.first_ns = now_ns
         values = None if openmetrics or self._skeleton is None else self._skeleton.values(text)
+        self.same_series = False
+        same = values is not None
         starts = Starts(self.starts, self.first_ns, {})
         try:
             if values is None:
@@ -62,6 +67,7 @@ class Converter:
             raise ScrapeError("malformed", f"malformed exposition: {exc}") from None
         payload = self._plan.serialize({**extra, "scrape_samples_scraped": float(self._plan.samples)}, now_ns)
         self.starts = starts.now  # only the series still there
+        self.same_series = same
         return payload
 
     def _new_plan(self, text: str, openmetrics: bool) -> list:
@@ -80,6 +86,7 @@ class Converter:
 
     def up_only(self, now_ns: int, extra: dict[str, float]) -> bytes:
         """A failed scrape: only `up` and the scrape_* gauges."""
+        self.same_series = False
         request, sm = request_for(self.resource)
         add_gauges(sm, extra, now_ns)
         return request.SerializeToString()

@@ -241,6 +241,31 @@ def test_series_a_target_stops_exposing_are_dropped_and_a_failed_scrape_keeps_on
     assert scraper.failures == {"malformed": 1}
 
 
+def test_a_body_of_the_last_ones_shape_skips_the_staleness_scan_and_nothing_stale_stays(targets):
+    """Only values moved: every series is there again, so the store is not searched for vanished ones;
+    a new shape, a failure and the way back are each followed by the series the target exposes, no other."""
+    t = targets(body="# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n")
+    store = MetricStore(StoreConfig())
+    scraper = Scraper(ScrapeTarget(t.url, "t", 60, 5), store)
+    scans = []
+    drop = store.drop_unseen
+    store.drop_unseen = lambda *args: scans.append(drop(*args)) or scans[-1]
+
+    def shown():
+        text = exposition.render(store, False, ())
+        return {name: value(text.decode(), name) for name in ("a", "b", "up")}
+    for body, scanned, want in (
+            ("# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n", [0], {"a": 1.0, "b": 2.0, "up": 1.0}),  # a new plan
+            ("# TYPE a gauge\na 5\n# TYPE b gauge\nb 6\n", [], {"a": 5.0, "b": 6.0, "up": 1.0}),  # values moved
+            ("# TYPE a gauge\na 7\n", [1], {"a": 7.0, "b": None, "up": 1.0}),  # b went
+            ("garbage {{", [1], {"a": None, "b": None, "up": 0.0}),  # failed: only up and the scrape_* stay
+            ("# TYPE a gauge\na 8\n", [], {"a": 8.0, "b": None, "up": 1.0})):  # the last plan's shape again
+        t.body = body
+        scans.clear()
+        scraper.scrape_once()
+        assert (scans, shown()) == (scanned, want), body
+
+
 def test_staleness_is_per_target_in_a_shared_store(targets):
     """What one target stops exposing goes, another target's same series stay; a series that comes
     back and goes again goes again."""
