@@ -217,8 +217,10 @@ def ingest_rate(transport: str, bodies: list[bytes], seconds: float, secure: Sec
             where, send = collector.grpc_target, send_grpc
         send(where, bodies, 0.3)  # warm up, in whole passes: every server's series exist before the clock starts
         sent = [0] * senders
-        threads = [threading.Thread(target=lambda i=i: sent.__setitem__(i, send(where, bodies[i::senders], seconds)))
-                   for i in range(senders)]
+
+        def sender(i: int) -> None:
+            sent[i] = send(where, bodies[i::senders], seconds)
+        threads = [threading.Thread(target=sender, args=(i,)) for i in range(senders)]
         before_cpu, before_points, start = collector.cpu_s(), collector.accepted(), time.monotonic()
         for thread in threads:
             thread.start()

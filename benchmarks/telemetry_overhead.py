@@ -100,12 +100,8 @@ def otel_llm_token_path(concurrency: int, steps: int, churn: bool = False, lane:
     made = [step(i) for i in range(steps)] if frontend_only else None
     gc.collect()
     t0 = time.perf_counter_ns()
-    if made is None:
-        for i in range(steps):
-            tel.ingest(step(i))
-    else:
-        for record in made:
-            tel.ingest(record)
+    for record in made if made is not None else map(step, range(steps)):
+        tel.ingest(record)
     tel.snapshot()  # includes the deferred bucketing
     with tel._lock:
         tel.table.checkpoint()  # and the deferred per-request updates (ITL responses, chunk counts)

@@ -14,7 +14,9 @@ reads `phase` and `idle_since` (under its lock) to choose an idle connection to 
 from __future__ import annotations
 
 import email.parser
+import email.utils
 import enum
+import functools
 import io
 import logging
 import ssl
@@ -33,7 +35,6 @@ logger = logging.getLogger(__name__)
 
 _UNAUTHORIZED_BODY_BYTES = 4 * 1024 * 1024  # read and dropped before a 401; a larger body is not
 _MAX_LINE, _MAX_HEADERS = 65536, 100  # http.client's limits
-_date = (0, "")  # (second, its Date header text)
 _ONE_WRITE_BYTES = 64 * 1024  # an answer up to this size is sent with its headers in one write
 
 
@@ -230,13 +231,7 @@ class EndpointHandler(BaseHTTPRequestHandler):
 
     def date_time_string(self, timestamp: float | None = None) -> str:
         """The Date header's text, formatted once a second rather than per answer."""
-        global _date
-        if timestamp is not None:
-            return super().date_time_string(timestamp)
-        second = int(time.time())
-        if _date[0] != second:
-            _date = (second, super().date_time_string(second))
-        return _date[1]
+        return _http_date(int(time.time()) if timestamp is None else timestamp)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s " + format, self.endpoint.name, self.address_string(), *args)
@@ -264,3 +259,8 @@ def read_headers(rfile: Any) -> HTTPMessage:
             return email.parser.Parser(_class=HTTPMessage).parsestr(b"".join(lines).decode("iso-8859-1"))
         message.set_raw(name, value.lstrip(" \t").rstrip("\r\n"))
     return message
+
+
+@functools.lru_cache(maxsize=1)
+def _http_date(timestamp: float) -> str:
+    return email.utils.formatdate(timestamp, usegmt=True)  # what BaseHTTPRequestHandler writes

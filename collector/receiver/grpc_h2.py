@@ -9,8 +9,8 @@ the answer in one write (headers, message, trailers), or trailers only for an er
 
 One event loop thread serves every connection; handlers run on it (the receiver's sink is CPU
 work: a thread hand-off per call would cost more than it saves). Bounds, from the listener's
-`HttpServerSettings` (the collector's connection flags): connections (beyond `max_connections`, closed at once), the preface and
-first request within `header_timeout_s`, each request's message within `body_timeout_s` (else the
+`HttpServerSettings` (the collector's connection flags; its `tls` and `auth` too): connections (beyond
+`max_connections`, closed at once), the preface and first request within `header_timeout_s`, each request's message within `body_timeout_s` (else the
 stream is reset), connections with no call for `idle_timeout_s` closed with GOAWAY, a client that
 does not read its answers for `write_timeout_s` closed; per connection at most
 `MAX_CONCURRENT_STREAMS` calls and `max_message_bytes` of request bytes held (flow control stops
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import struct
 import threading
 import time
@@ -367,7 +366,7 @@ class _Connection(asyncio.Protocol):
             error = (Status.INTERNAL, f"not a gRPC request: {head.method} with content-type {head.content_type}")
         elif head.path not in self.server.handlers:
             error = (Status.UNIMPLEMENTED, f"unknown method {head.path}")
-        elif self.server.authorize is not None and not self.server.authorize(head.authorization):
+        elif self.settings.auth is not None and not self.settings.auth.check(head.authorization):
             self.server.unauthorized += 1
             error = (Status.UNAUTHENTICATED, "missing or wrong credentials")
         elif head.encoding not in (None, "identity", "gzip", "deflate"):
@@ -521,16 +520,14 @@ class UnaryServer:
 
     def __init__(self, handlers: Mapping[str, Handler], host: str = "127.0.0.1", port: int = 0, *,
                  settings: HttpServerSettings | None = None, max_message_bytes: int = 16 * 1024 * 1024,
-                 ssl_context: ssl.SSLContext | None = None,
-                 authorize: Callable[[str | None], bool] | None = None, name: str = "grpc") -> None:
+                 name: str = "grpc") -> None:
         self.handlers = dict(handlers)
         self.host, self.requested_port = host, port
-        self.settings = settings or HttpServerSettings()  # its bounds (its tls and auth: the arguments)
+        self.settings = settings = settings or HttpServerSettings()
         self.max_message_bytes = max_message_bytes
-        self.authorize = authorize
-        if ssl_context is not None:
-            ssl_context.set_alpn_protocols(["h2"])
-        self.ssl_context = ssl_context
+        self.ssl_context = None if settings.tls is None else settings.tls.server_context()
+        if self.ssl_context is not None:
+            self.ssl_context.set_alpn_protocols(["h2"])
         self.name = name
         self.connections: set[_Connection] = set()
         self.refused = self.unauthorized = 0
@@ -549,8 +546,8 @@ class UnaryServer:
             self._stopped = asyncio.Event()
             try:
                 server = await asyncio.get_running_loop().create_server(
-                    lambda: _Connection(self), self.host, self.requested_port, ssl=self.ssl_context, backlog=self.settings.backlog,
-                    reuse_address=True)
+                    lambda: _Connection(self), self.host, self.requested_port, ssl=self.ssl_context,
+                    backlog=self.settings.backlog, reuse_address=True)
             except BaseException as exc:
                 failure.append(exc)
                 started.set()

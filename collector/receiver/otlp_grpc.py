@@ -70,13 +70,11 @@ class OtlpGrpcReceiver:
     def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("OtlpGrpcReceiver already started")
-        config, settings = self.config, self.config.server
+        config = self.config
         handlers = {f"/{_SERVICES[route.signal]}/Export": self._export_handler(route)
                     for route in ROUTES.values() if route.signal in config.signals}
-        server = UnaryServer(handlers, config.host, config.port, settings=settings,
-                             max_message_bytes=config.max_message_bytes,
-                             ssl_context=None if settings.tls is None else settings.tls.server_context(),
-                             authorize=None if settings.auth is None else settings.auth.check, name="otlp-grpc")
+        server = UnaryServer(handlers, config.host, config.port, settings=config.server,
+                             max_message_bytes=config.max_message_bytes, name="otlp-grpc")
         try:
             self.port = server.start()
         except OSError as exc:

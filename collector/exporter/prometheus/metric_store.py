@@ -184,10 +184,14 @@ class MetricStore:
                         reasons[f"bad resource: {exc}"] = None
                         continue
                 resource.seen_s = now
-                scopes = self._plans.setdefault(resource_key, {})
+                scopes = self._plans.get(resource_key)
+                if scopes is None:
+                    scopes = self._plans[resource_key] = {}
                 for sm in rm.scope_metrics:
                     scope = sm.scope  # (read once: each read is a new bytes object, hashed anew)
-                    plan = scopes.setdefault(scope, {})
+                    plan = scopes.get(scope)
+                    if plan is None:
+                        plan = scopes[scope] = {}
                     for metric in sm.metrics[:]:
                         ok, bad, reason = self._metric(resource, resource_key, scope, plan, metric, now)
                         accepted += ok

@@ -12,6 +12,7 @@ import grpc
 import hpack
 import pytest
 
+from otel_llm.collector.extension.auth import BearerTokenAuth
 from otel_llm.collector.http_endpoint import HttpServerSettings
 from otel_llm.collector.receiver.grpc_h2 import (
     DATA,
@@ -99,8 +100,9 @@ def test_many_calls_in_flight_beyond_the_stream_limit(make_server):
         assert sorted(pool.map(one, range(8))) == sorted(b"%d" % i for i in range(8))
 
 
-def test_authorization(make_server):
-    server = make_server(authorize=lambda value: value == "Bearer s3cret")
+def test_authorization(make_server, tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    server = make_server(HttpServerSettings(auth=BearerTokenAuth(str(tmp_path / "token"))))
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         with pytest.raises(grpc.RpcError) as answer:
             _call(channel, ECHO, b"x")
