@@ -38,6 +38,38 @@ def _http_exporter() -> type:
     return FastOTLPSpanExporter
 
 
+def end_spans(active, spans: list[ReadableSpan]) -> None:
+    """Hand finished, sampled `spans` to a provider's span processors (`active`: its
+    `_active_span_processor`) as their `on_end` one by one would, in order. A BatchSpanProcessor's
+    (the SDK's, or counting) takes them into its queue in one call: its `on_end` per span (a sampled
+    check, a getpid syscall, two length checks) costs ~0.7 us, a quarter of a request's 4 spans."""
+    for processor in getattr(active, "_span_processors", None) or (active,):
+        if type(processor) is CountingBatchSpanProcessor:
+            processor.on_end_all(spans)
+        elif type(processor) is not BatchSpanProcessor or not _queue_all(processor, spans):
+            for span in spans:
+                processor.on_end(span)
+
+
+def _queue_all(processor: BatchSpanProcessor, spans: list[ReadableSpan]) -> bool:
+    """Put `spans` on `processor`'s queue as its `on_end` would one by one, waking its worker at a
+    full batch; False, having done nothing, where that would not be the same: an SDK before 1.34
+    (a queue and worker of its own), a processor shut down or inherited across a fork (`on_end`
+    restarts its worker), a queue without room for all (`on_end` drops and logs)."""
+    try:
+        batch = processor._batch_processor
+        queue, wake, size = batch._queue, batch._worker_awaken, batch._max_export_batch_size
+        if (type(queue) is not collections.deque or batch._shutdown or batch._pid != os.getpid()
+                or len(queue) + len(spans) > queue.maxlen):
+            return False
+    except (AttributeError, TypeError):
+        return False
+    queue.extendleft(spans)  # as appendleft one by one: the SDK exports from the other end
+    if len(queue) >= size and not wake.is_set():
+        wake.set()
+    return True
+
+
 def batch_span_processor(exporter, counts: ExportCounts | None = None) -> BatchSpanProcessor:
     """A BatchSpanProcessor: 512-span batches (the SDK's default) at least every 0.5 s
     from a queue of 8192 spans, unless OTEL_BSP_* say otherwise; with `counts`, a
@@ -104,6 +136,12 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
                 self._next_warning = now + _WARNING_INTERVAL_S
                 logger.warning("otel_llm: span queue full (%d spans) or shut down: %d spans dropped so far",
                                self._sdk_queue.maxlen, self._counts.stats().enqueue_failed)
+
+    def on_end_all(self, spans: list[ReadableSpan]) -> None:
+        """`on_end` for each of `spans` (sampled): in one call while the queue has room for all."""
+        if len(self._sdk_queue) + len(spans) > self._limit or not _queue_all(self, spans):
+            for span in spans:
+                self.on_end(span)
 
     def shutdown(self) -> None:
         """Refuses later spans, then exports what is queued, each batch once: a failure is not

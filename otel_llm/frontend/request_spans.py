@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from types import MappingProxyType
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
@@ -40,6 +41,7 @@ from otel_llm.engine.clock import offset_for
 from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.request import RequestInfo
 from otel_llm.export.lane_spans import LANE_SPAN, lane_attributes
+from otel_llm.export.otlp_traces import end_spans
 from otel_llm.frontend.request_table import FinishedBatch
 from otel_llm.frontend.span_limits import SpanLimiter
 
@@ -66,6 +68,41 @@ def sampled_context(trace_id: int, span_id: int, remote: bool = False) -> SpanCo
     `traceparent`): SpanContext's own tuple, without its range checks per span (a test holds the
     two equal)."""
     return tuple.__new__(SpanContext, (trace_id, span_id, remote, _SAMPLED, DEFAULT_TRACE_STATE, True))
+
+
+class FinishedSpan(ReadableSpan):
+    """A `ReadableSpan` built from recorded times, with what every such span shares (no links, no
+    instrumentation info, this package's scope) as class attributes: 10 stores instead of 13 and
+    no keyword defaults, ~35% cheaper. Read like any ReadableSpan (a test encodes both alike)."""
+
+    _links = ()
+    _instrumentation_info = None
+    _instrumentation_scope = _SCOPE
+
+    def __init__(self, name: str, context: SpanContext, parent: SpanContext | None, resource, attributes,
+                 start_time: int, end_time: int, events=(), kind: SpanKind = SpanKind.INTERNAL,
+                 status: Status = _UNSET):
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._resource = resource
+        self._attributes = attributes
+        self._start_time = start_time
+        self._end_time = end_time
+        self._events = events
+        self._kind = kind
+        self._status = status
+
+
+class RecordedEvent(Event):
+    """A span `Event` at a recorded time, without attributes (a shared, read-only empty mapping):
+    half what `Event(name, {}, time)` costs, and no dict per event for the garbage collector to track."""
+
+    _attributes = MappingProxyType({})
+
+    def __init__(self, name: str, timestamp: int):
+        self._name = name
+        self._timestamp = timestamp
 
 
 def _fixed_root_decision(sampler) -> bool | None:
@@ -136,10 +173,10 @@ class RequestTracer:
             return 0
         traces = b.trace[sampled].tolist()
         rows = zip(*(getattr(b, c)[sampled].tolist() for c in _COLUMNS))  # Python ints: no numpy scalar per field
-        processors = getattr(self._processor, "_span_processors", None)  # the provider's, as of now
-        on_end = processors[0].on_end if processors is not None and len(processors) == 1 else self._processor.on_end
+        spans = []
         for i, (hi, lo, span_id, parent_id), row in zip(sampled, traces, rows):
-            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps, on_end)
+            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps, spans)
+        end_spans(self._processor, spans)
         return len(sampled)
 
     def emit_lane(self, cols: dict, engine_anchor: tuple[int, int], engine: str) -> None:
@@ -157,9 +194,9 @@ class RequestTracer:
                                             int(cols["end_ns"][-1]) + e_off, _SCOPE))
 
     def _emit_one(self, b: FinishedBatch, i: int, row: tuple, trace_id: int, span_id: int, parent_id: int,
-                  e_off: int, f_off: int, steps: dict | None, on_end) -> None:
-        """Request `i` of `b`, whose `_COLUMNS` values are `row`; its spans go to `on_end` (the provider's
-        span processor's, or its only processor's directly when it has one)."""
+                  e_off: int, f_off: int, steps: dict | None, out: list) -> None:
+        """Request `i` of `b`, whose `_COLUMNS` values are `row`: its spans onto `out`, children first
+        (like live spans ending)."""
         reason, arrival, finish_recv, q, s, f, last, first_recv, num_prompt, num_gen, num_cached, npre, valid = row
         info = b.infos[i]
         reason = _REASONS[reason]
@@ -206,7 +243,7 @@ class RequestTracer:
         events = []
         if first_recv:  # the event where TTFT puts it: when this frontend had the first token
             attrs["gen_ai.latency.time_to_first_token"] = (first_recv - arrival) * 1e-9
-            events.append(Event("first_token", {}, first_recv + f_off))
+            events.append(RecordedEvent("first_token", first_recv + f_off))
         if valid:
             attrs["gen_ai.latency.time_in_queue"] = (s - q) * 1e-9
             attrs["gen_ai.latency.time_in_model_prefill"] = (f - s) * 1e-9
@@ -220,7 +257,7 @@ class RequestTracer:
                 attrs["gen_ai.latency.time_in_model_forward"] = int(steps["forward_ns"][i]) * 1e-9
 
         if b.preemption_ts[i]:
-            events.extend(Event("preempted", {}, t + e_off) for t in b.preemption_ts[i])
+            events.extend(RecordedEvent("preempted", t + e_off) for t in b.preemption_ts[i])
         if self.capture_content:
             strings = None
             if info.input_messages is not None:
@@ -236,16 +273,15 @@ class RequestTracer:
         kind = SpanKind.INTERNAL if parent else SpanKind.SERVER
         limits = self._limits
         attrs = limits.attributes(attrs, strings)
-        spans = [ReadableSpan(f"{op} {self.model_name}", ctx, parent, self._resource, attrs,
-                              limits.events(events), (), kind, None, status, start, end, _SCOPE)]
+        root = FinishedSpan(f"{op} {self.model_name}", ctx, parent, self._resource, attrs, start, end,
+                            limits.events(events), kind, status)
         if valid:
             ids = self.provider.id_generator
             child_attrs = self._child_attrs.get(op)  # shared: spans are read-only
             if child_attrs is None:
                 child_attrs = self._child_attrs[op] = limits.attributes({"gen_ai.operation.name": op})
-            for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last)):
-                child = sampled_context(trace_id, ids.generate_span_id())
-                spans.append(ReadableSpan(name, child, ctx, self._resource, child_attrs, (), (),
-                                          SpanKind.INTERNAL, None, _UNSET, t0 + e_off, t1 + e_off, _SCOPE))
-        for span in reversed(spans):  # children first, like live spans ending
-            on_end(span)
+            children = [FinishedSpan(name, sampled_context(trace_id, ids.generate_span_id()), ctx, self._resource,
+                                     child_attrs, t0 + e_off, t1 + e_off)
+                        for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last))]
+            out += reversed(children)
+        out.append(root)

@@ -14,11 +14,12 @@ Threads: `start` and `emit` may be called from any thread (the SDK's processors 
 
 from __future__ import annotations
 
-from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_llm.frontend.request_spans import _SCOPE, new_span_identity, sampled_context
+from otel_llm.export.otlp_traces import end_spans
+from otel_llm.frontend.request_spans import FinishedSpan, RecordedEvent, new_span_identity, sampled_context
 from otel_llm.frontend.span_limits import SpanLimiter
 
 
@@ -58,15 +59,14 @@ class PipelineTracer:
         if reason in ("abort", "error"):
             attrs["error.type"] = req.failure or reason
             status = Status(StatusCode.ERROR, f"request finished with {reason}")
-        spans = [ReadableSpan(f"pipeline {self.model_name}", root, parent, resource, limits.attributes(attrs), (), (),
-                              SpanKind.INTERNAL if parent else SpanKind.SERVER, None, status, req.arrival_ns + off,
-                              end + off, _SCOPE)]
+        spans = [FinishedSpan(f"pipeline {self.model_name}", root, parent, resource, limits.attributes(attrs),
+                              req.arrival_ns + off, end + off, (), SpanKind.INTERNAL if parent else SpanKind.SERVER,
+                              status)]
 
         def child(name, start, stop, attributes, events=()):
             ctx = sampled_context(trace_id, ids.generate_span_id())
-            spans.append(ReadableSpan(name, ctx, root, resource, limits.attributes(attributes), limits.events(events),
-                                      (), SpanKind.INTERNAL, None, Status(StatusCode.UNSET), start + off, stop + off,
-                                      _SCOPE))
+            spans.append(FinishedSpan(name, ctx, root, resource, limits.attributes(attributes), start + off, stop + off,
+                                      limits.events(events)))
 
         for v in req.visits:
             child(f"stage {v.stage}", v.start_ns, v.end_ns,
@@ -76,6 +76,5 @@ class PipelineTracer:
                   {"otel_llm.pipeline.from_stage": h.from_stage, "otel_llm.pipeline.from_replica": h.from_replica,
                    "otel_llm.pipeline.to_stage": h.to_stage, "otel_llm.pipeline.to_replica": h.to_replica,
                    "otel_llm.pipeline.transfer.size_bytes": h.size_bytes},
-                  (Event("tx_done", {}, h.tx_end_ns + off), Event("rx_start", {}, h.rx_start_ns + off)))
-        for span in reversed(spans):  # children first, like live spans ending
-            self._processor.on_end(span)
+                  (RecordedEvent("tx_done", h.tx_end_ns + off), RecordedEvent("rx_start", h.rx_start_ns + off)))
+        end_spans(self._processor, spans[::-1])  # children first, like live spans ending

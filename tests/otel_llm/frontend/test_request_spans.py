@@ -1,13 +1,16 @@
 """Span trees: shape, attributes, timestamps consistent with the metrics, traceparent, content opt-in."""
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status, StatusCode
 
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE
-from otel_llm.frontend.request_spans import RequestTracer, sampled_context
+from otel_llm.frontend.request_spans import (_SCOPE, _UNSET, FinishedSpan, RecordedEvent, RequestTracer,
+                                             sampled_context)
 from tests.otel_llm.conftest import Harness
 from tests.otel_llm.frontend.test_request_table import MS, S, run_timeline
 
@@ -156,3 +159,25 @@ def test_count_limits_keep_the_first_and_count_the_rest(monkeypatch):
     assert root.dropped_attributes > 10
     assert [e.name for e in root.events] == ["first_token"] and root.dropped_events == 1  # "preempted" dropped
     assert spans["decode"].attributes == {"gen_ai.operation.name": "chat"}
+
+
+def test_finished_spans_and_recorded_events_read_and_encode_as_the_sdks():
+    """`FinishedSpan` keeps the fields every span shares on its class and `RecordedEvent` shares one
+    empty attribute mapping: both must read, encode and print exactly as the SDK's own."""
+    resource = TracerProvider().resource
+    ctx, parent = sampled_context(0xABC, 0x12), sampled_context(0xABC, 0x34, True)
+    for kind, status, events in ((SpanKind.INTERNAL, _UNSET, ()),
+                                 (SpanKind.SERVER, Status(StatusCode.ERROR, "request finished with abort"),
+                                  (RecordedEvent("first_token", 15),))):
+        ours = FinishedSpan("chat m", ctx, parent, resource, {"k": 1}, 10, 20, events, kind, status)
+        sdk_events = tuple(Event(e.name, {}, e.timestamp) for e in events)
+        sdk = ReadableSpan("chat m", ctx, parent, resource, {"k": 1}, sdk_events, (), kind, None, status, 10, 20,
+                           _SCOPE)
+        assert ours.to_json() == sdk.to_json()
+        assert sdk_encode_spans([ours]) == sdk_encode_spans([sdk])
+        assert (ours.links, ours.instrumentation_scope, ours.dropped_events, ours.dropped_links) == \
+            (sdk.links, sdk.instrumentation_scope, 0, 0)
+    event = RecordedEvent("preempted", 5)
+    assert (event.name, event.timestamp, dict(event.attributes), event.dropped_attributes) == ("preempted", 5, {}, 0)
+    with pytest.raises(TypeError):
+        event.attributes["k"] = "v"  # shared by every event: read-only
