@@ -34,6 +34,7 @@ from otel_llm.canonical.cardinality import (
 from otel_llm.canonical.instruments import (ADAPTER_ATTRIBUTE, DECLARED_AT_ZERO, DIMENSIONS, LORA_INFO, LORA_REQUESTS,
                                            SLEEP_STATE, Instrument, Kind)
 from otel_llm.canonical.metrics_state import HistogramSnapshot, MetricsSnapshot
+from otel_llm.export.render_plan import RenderPlan
 from otel_llm.export.prom_families import go_float
 from otel_llm.frontend.lora import INFO_LABELS, LoraSnapshot, fold_lora, merge_info
 from otel_llm.shim.profile import Profile, ProfileFamily
@@ -104,6 +105,12 @@ def series_groups(inst: Instrument, fam: ProfileFamily) -> list[tuple[tuple[tupl
     return [(k, np.array(v)) for k, v in groups.items()]
 
 
+class _SourcePlan(NamedTuple):
+    prepared: list  # per profile family: `Renderer._prepared`'s (entries, ends), None where not shown so
+    values: RenderPlan
+    starts: list  # per profile family: where its entries' values begin (cumulative counts, sums, counters)
+
+
 class Renderer:
     """Renders sources under one profile; caches line prefixes. Not thread-safe: one per thread or lock."""
 
@@ -114,6 +121,7 @@ class Renderer:
         self._bases = CardinalityLimiter(cardinality_limit)  # (model, engine, version) of the sources
         self._overflowed: dict[str, int] = {}  # canonical instrument -> measurements folded here
         self._shown = {f.canonical for f in profile.families}
+        self._plans: dict = {}  # a source's (prepared entries per family, HistogramPlan, its offsets per family)
 
     def _prepared(self, src: Source, fam: ProfileFamily, inst: Instrument):
         key = ((OVERFLOW_LABEL, fam.name, fam.const, inst.buckets, inst.export_buckets) if src.overflow else
@@ -159,27 +167,60 @@ class Renderer:
         self._cache[key] = prepared
         return prepared
 
+    def _plan(self, src: Source) -> _SourcePlan:
+        """`src`'s prepared entries per profile family, the `RenderPlan` of its values and where each
+        family's start in them. Cached per source, as the entries (a folded source's only per family:
+        its table is new each render)."""
+        key = None if src.overflow else (src.model, src.engine, src.stage, src.replica, id(src.table))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        prepared, histograms, counters, starts = [], [], [], []
+        values = 0  # the histogram entries' cumulative counts so far
+        for fam in self.profile.families:
+            inst = src.table.get(fam.canonical)
+            if inst is None or inst.name in (LORA_INFO, LORA_REQUESTS):
+                prepared.append(None)
+                starts.append(None)
+                continue
+            prepared.append(self._prepared(src, fam, inst))
+            out, ends = prepared[-1]
+            starts.append((values, len(histograms), len(counters)))
+            if inst.kind is Kind.HISTOGRAM and not fam.part:
+                nb = len(inst.buckets) + 1
+                histograms.extend((inst.name, inst.num_series, nb, entry[0], ends) for entry in out)
+                values += len(out) * len(ends)
+            elif inst.kind is Kind.COUNTER:
+                counters.extend((inst.name, inst.num_series, entry[0]) for entry in out)
+        plan = _SourcePlan(prepared, RenderPlan(histograms, counters), starts)
+        if key is not None:
+            self._plans[key] = plan
+        return plan
+
     def render(self, sources: list[Source], openmetrics: bool = False, own: tuple[SelfFamily, ...] = ()) -> bytes:
         openmetrics = openmetrics and self.profile.openmetrics
         sources, folded = self._bounded(sources)
         sources = self._merged(sources)
+        plans = [self._plan(s) for s in sources]
+        numbers = [plan.values.numbers(s.snapshot.histograms, s.snapshot.counters) for s, plan in zip(sources, plans)]
         lines: list[str] = []
         header = None  # consecutive entries with one name (differing in `const`) are one family
         counted = set()
-        for fam in self.profile.families:
-            members = [(s, s.table[fam.canonical]) for s in sources if fam.canonical in s.table]
+        for f, fam in enumerate(self.profile.families):
+            members = [(s, s.table[fam.canonical], plan.prepared[f], plan.starts[f], n)
+                       for s, plan, n in zip(sources, plans, numbers) if fam.canonical in s.table]
             if not members:
                 continue
             inst = members[0][1]
             if inst.name in (LORA_INFO, LORA_REQUESTS):
-                self._lora(lines, fam, inst, [s for s, _ in members], openmetrics)
+                self._lora(lines, fam, inst, [m[0] for m in members], openmetrics)
                 continue
             if folded and fam.canonical not in counted and members[-1][0].overflow:
                 counted.add(fam.canonical)  # each folded source's observation of it, once per render
                 self._overflowed[fam.canonical] = self._overflowed.get(fam.canonical, 0) + folded
-            if inst.name == "otel_llm.cache_config.info" and not any(s.cache_config for s, _ in members):
+            if inst.name == "otel_llm.cache_config.info" and not any(m[0].cache_config for m in members):
                 continue
-            if inst.name == SLEEP_STATE and all(s.snapshot.gauges.get(SLEEP_STATE) is None for s, _ in members):
+            if inst.name == SLEEP_STATE and all(m[0].snapshot.gauges.get(SLEEP_STATE) is None for m in members):
                 continue  # a source without a sleep mode (only vLLM's plugin sets it)
             if fam.name != header:
                 header = fam.name
@@ -187,8 +228,7 @@ class Renderer:
                               openmetrics, self.profile.counter_suffix)
             scale = fam.scale
             merged: dict[str, float] = {}  # a `base` family's series, summed over sources it does not tell apart
-            for src, inst in members:
-                prepared, ends = self._prepared(src, fam, inst)
+            for src, inst, (prepared, ends), start, (cumulative, sums, counters) in members:
                 empty = self.profile.emit_empty or not inst.dims or inst.name in DECLARED_AT_ZERO
                 if fam.part:
                     h = src.snapshot.histograms[inst.name]
@@ -198,14 +238,13 @@ class Renderer:
                                  if empty or n)
                 elif inst.kind is Kind.HISTOGRAM:
                     self._histogram(lines, src.snapshot.histograms[inst.name], prepared, ends, openmetrics, empty,
-                                    scale)
+                                    scale, cumulative, sums, start)
                 elif inst.kind is Kind.COUNTER and fam.base is not None:
-                    for (_, p), v in zip(prepared, _totals(src.snapshot.counters[inst.name], prepared)):
+                    for (_, p), v in zip(prepared, counters[start[2]:]):
                         if empty or v:  # (counters never go below 0: a sum of 0 has no count in it)
                             merged[p] = merged.get(p, 0.0) + v * scale
                 elif inst.kind is Kind.COUNTER:
-                    lines.extend(p + format_value(v * scale)
-                                 for (_, p), v in zip(prepared, _totals(src.snapshot.counters[inst.name], prepared))
+                    lines.extend(p + format_value(v * scale) for (_, p), v in zip(prepared, counters[start[2]:])
                                  if empty or v)
                 elif inst.dims:  # a value per series (0 until set, as an unset gauge without dims)
                     values = src.snapshot.gauges.get(inst.name)
@@ -296,28 +335,30 @@ class Renderer:
 
     @staticmethod
     def _histogram(lines: list[str], h: HistogramSnapshot, prepared, ends: np.ndarray, openmetrics: bool,
-                   empty: bool, scale: float = 1.0) -> None:
-        """`ends`: the fine bucket each shown bucket ends at; a cumulative count is read at each."""
-        counts, sums = h.counts, h.sums
+                   empty: bool, scale: float, cumulative: list[int], sums: list[float], start: tuple[int, int, int]
+                   ) -> None:
+        """`cumulative`, `sums`: the source's (`RenderPlan.numbers`), this family's entries' from `start`
+        on: per entry, its cumulative counts at the shown bounds (`ends`: the fine bucket each ends at)
+        and its sum."""
+        at, s, _ = start
+        k = len(ends)
         exemplars = openmetrics and h.exemplars is not None
         for series, prefixes, p_sum, p_count, template in prepared:
-            one = type(series) is int  # else the series the family sums into one
-            values = _accumulate(counts[series] if one else _reduce(counts[series], 0))[ends].tolist()
+            values = cumulative[at:at + k]
+            at += k
             total = values[-1]
+            s += 1
             if not empty and not total:
                 continue
-            total_sum = format_value((sums[series] if one else _reduce(sums[series])) * scale)
+            total_sum = format_value(sums[s - 1] * scale)
             if not exemplars:
                 lines.append(template % (*values, total_sum, total))  # the buckets, sum and count lines
                 continue
-            ex = _exemplars(h, np.arange(len(counts))[series] if type(series) is slice else np.atleast_1d(series),
+            ex = _exemplars(h, np.arange(len(h.counts))[series] if type(series) is slice else np.atleast_1d(series),
                             ends, scale)
             lines.extend(p + str(v) + e for p, v, e in zip(prefixes, values, ex))
             lines.append(p_sum + total_sum)
             lines.append(p_count + str(total))
-
-
-_reduce, _accumulate = np.add.reduce, np.add.accumulate  # (as .sum() and .cumsum(), without their wrappers)
 
 
 def _totals(values: np.ndarray, prepared) -> list[float]:
