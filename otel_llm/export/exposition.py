@@ -202,7 +202,7 @@ class Renderer:
         sources, folded = self._bounded(sources)
         sources = self._merged(sources)
         plans = [self._plan(s) for s in sources]
-        numbers = [plan.values.numbers(s.snapshot.histograms, s.snapshot.counters) for s, plan in zip(sources, plans)]
+        numbers = [plan.values.numbers(s.snapshot) for s, plan in zip(sources, plans)]
         lines: list[str] = []
         header = None  # consecutive entries with one name (differing in `const`) are one family
         counted = set()
@@ -237,7 +237,7 @@ class Renderer:
                     lines.extend(p + format_value(v * scale) for (_, p), v, n in zip(prepared, values, seen)
                                  if empty or n)
                 elif inst.kind is Kind.HISTOGRAM:
-                    self._histogram(lines, src.snapshot.histograms[inst.name], prepared, ends, openmetrics, empty,
+                    self._histogram(lines, src.snapshot.histograms, inst.name, prepared, ends, openmetrics, empty,
                                     scale, cumulative, sums, start)
                 elif inst.kind is Kind.COUNTER and fam.base is not None:
                     for (_, p), v in zip(prepared, counters[start[2]:]):
@@ -334,7 +334,8 @@ class Renderer:
         return (SelfFamily(OVERFLOW_FAMILY, Kind.COUNTER, OVERFLOW_HELP, samples),) if samples else ()
 
     @staticmethod
-    def _histogram(lines: list[str], h: HistogramSnapshot, prepared, ends: np.ndarray, openmetrics: bool,
+    def _histogram(lines: list[str], histograms: Mapping[str, HistogramSnapshot], name: str, prepared,
+                   ends: np.ndarray, openmetrics: bool,
                    empty: bool, scale: float, cumulative: list[int], sums: list[float], start: tuple[int, int, int]
                    ) -> None:
         """`cumulative`, `sums`: the source's (`RenderPlan.numbers`), this family's entries' from `start`
@@ -342,7 +343,8 @@ class Renderer:
         and its sum."""
         at, s, _ = start
         k = len(ends)
-        exemplars = openmetrics and h.exemplars is not None
+        h = histograms[name] if openmetrics else None  # (text: read from the plan's numbers alone)
+        exemplars = h is not None and h.exemplars is not None
         for series, prefixes, p_sum, p_count, template in prepared:
             values = cumulative[at:at + k]
             at += k

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from otel_llm.canonical.metrics_state import MetricsSnapshot
+
 _ZERO = np.zeros(1, np.int64)
 _NONE = np.zeros(0, np.intp)
 
@@ -30,7 +32,7 @@ class RenderPlan:
     int, a slice or an index array, the fine bucket each shown bucket ends at); `counters`: per shown
     counter series in render order, (instrument name, number of series, the series it sums)."""
 
-    __slots__ = ("histograms", "counters", "_gather", "_hi", "_lo", "_sums", "_counters")
+    __slots__ = ("histograms", "counters", "_gather", "_hi", "_lo", "_sums", "_counters", "_entries", "_in_words")
 
     def __init__(self, histograms: list[tuple[str, int, int, object, np.ndarray]],
                  counters: list[tuple[str, int, object]]):
@@ -50,16 +52,53 @@ class RenderPlan:
         self._sums = _Sums([(name, num_series, series) for name, num_series, _, series, _ in histograms])
         self._counters = _Sums(counters)
         self.counters = self._counters.names
+        self._entries = (histograms, counters)
+        self._in_words = None  # (arena, its gathers): where the values are in a state's snapshot copy
 
-    def numbers(self, histograms: dict, counters: dict) -> tuple[list[int], list[float], list[float]]:
+    def numbers(self, snapshot: MetricsSnapshot) -> tuple[list[int], list[float], list[float]]:
         """Every histogram entry's cumulative counts at its shown bounds, in order; every histogram
-        entry's sum; every counter entry's value: of a snapshot's `histograms` and `counters`."""
+        entry's sum; every counter entry's value: of `snapshot`, read from its copy of the state where
+        it has one (`MetricsSnapshot.words`), else array by array."""
+        if snapshot.words is not None:
+            return self._from_words(*snapshot.words)
+        histograms, counters = snapshot.histograms, snapshot.counters
         if not self.histograms:
             return [], [], self._counters.of(counters)
         counts = np.concatenate([_ZERO, *(histograms[n].counts.ravel() for n in self.histograms)])
         cumulative = np.add.accumulate(counts[self._gather])
         return ((cumulative[self._hi] - cumulative[self._lo]).tolist(),
                 self._sums.of({n: histograms[n].sums for n in self.histograms}), self._counters.of(counters))
+
+
+    def _from_words(self, words: np.ndarray, arena) -> tuple[list[int], list[float], list[float]]:
+        if self._in_words is None or self._in_words[0] is not arena:
+            self._in_words = (arena, _WordGathers(self._entries, arena))
+        g = self._in_words[1]
+        gathered = np.empty(len(g.counts) + 1, np.int64)  # a leading 0, then the counts (per call: thread-safe)
+        gathered[0] = 0
+        np.take(words, g.counts, out=gathered[1:])
+        cumulative = np.add.accumulate(gathered)
+        f = words.view(np.float64)
+        return ((cumulative[self._hi] - cumulative[self._lo]).tolist(),
+                np.add.reduceat(f[g.sums], g.sum_starts).tolist() if len(g.sum_starts) else [],
+                np.add.reduceat(f[g.counters], g.counter_starts).tolist() if len(g.counter_starts) else [])
+
+
+class _WordGathers:
+    """A `RenderPlan`'s gathers as positions in one state's buffer (`metrics_state._Arena`)."""
+
+    def __init__(self, entries, arena):
+        histograms, counters = entries
+        counts, sums = [], []
+        for name, num_series, nb, series, _ in histograms:
+            c0, s0, _ = arena.histogram_at(name)
+            rows = _rows(series, num_series)
+            counts.append((c0 + rows[None, :] * nb + np.arange(nb)[:, None]).ravel())  # bucket-major, as `_gather`
+            sums.append(s0 + rows)
+        self.counts = np.concatenate(counts) if counts else _NONE
+        self.sums, self.sum_starts = _segments(sums)
+        self.counters, self.counter_starts = _segments([arena.counter_at(name) + _rows(series, num_series)
+                                                        for name, num_series, series in counters])
 
 
 class _Sums:
@@ -97,3 +136,9 @@ def _layout(sizes) -> dict[str, int]:
         if name not in offsets:
             offsets[name], at = at, at + size
     return offsets
+
+
+def _segments(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`parts` concatenated, and where each starts (`reduceat`'s indices)."""
+    starts = np.cumsum([0] + [len(p) for p in parts[:-1]]).astype(np.intp) if parts else _NONE
+    return (np.concatenate(parts) if parts else _NONE), starts

@@ -153,11 +153,16 @@ class RequestTracer:
         self._resource = provider.resource
         self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
         self._child_attrs: dict[str, dict] = {}  # operation -> the child spans' attributes
+        self._root_sampled = _fixed_root_decision(provider.sampler)  # (a provider's sampler is read-only)
         fixed = self._limits.attributes({"gen_ai.provider.name": provider_name, "gen_ai.request.model": model_name})
         self._provider_attr, self._model_attr = fixed.values()  # bounded once
 
     def start(self, info: RequestInfo, operation: str) -> tuple[int, int, int, int]:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
+        if not info.trace_headers and self._root_sampled is not None:  # a root, sampled or not whatever it is
+            ids = self.provider.id_generator
+            trace_id = ids.generate_trace_id()
+            return trace_id >> 64, trace_id & _MASK64, ids.generate_span_id() if self._root_sampled else 0, 0
         trace_id, span_id, parent, sampled = new_span_identity(
             self.provider, info.trace_headers, f"{operation} {self.model_name}",
             SpanKind.INTERNAL if info.trace_headers else SpanKind.SERVER)
