@@ -29,6 +29,7 @@ import os
 from types import MappingProxyType
 
 from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler
@@ -103,6 +104,34 @@ class RecordedEvent(Event):
     def __init__(self, name: str, timestamp: int):
         self._name = name
         self._timestamp = timestamp
+
+
+def _sdk_span_init(self, name, context, parent, resource, attributes, start_time, end_time, events=(),
+                   kind=SpanKind.INTERNAL, status=_UNSET):
+    ReadableSpan.__init__(self, name, context, parent, resource, attributes, events, (), kind, None, status,
+                          start_time, end_time, _SCOPE)
+
+
+def _sdk_event_init(self, name, timestamp):
+    Event.__init__(self, name, {}, timestamp)
+
+
+def own_constructors_match() -> tuple[bool, bool]:
+    """Whether `FinishedSpan` and `RecordedEvent` (their stores and class attributes) hold exactly the
+    fields the installed SDK's `ReadableSpan` and `Event` constructors set (checked when this module
+    loads; the SDK's releases so far set the same 13 and 3)."""
+    empty = Resource.get_empty()
+    span = set(vars(FinishedSpan("probe", None, None, empty, {}, 0, 0))) | {
+        "_links", "_instrumentation_info", "_instrumentation_scope"}
+    event = set(vars(RecordedEvent("probe", 0))) | {"_attributes"}
+    return span == set(vars(ReadableSpan("probe", resource=empty))), event == set(vars(Event("probe", {}, 0)))
+
+
+_SPANS_MATCH, _EVENTS_MATCH = own_constructors_match()
+if not _SPANS_MATCH:  # an SDK whose spans hold more (a field a later release adds): built its own way
+    FinishedSpan.__init__ = _sdk_span_init
+if not _EVENTS_MATCH:
+    RecordedEvent.__init__ = _sdk_event_init
 
 
 def _fixed_root_decision(sampler) -> bool | None:

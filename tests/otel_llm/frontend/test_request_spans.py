@@ -10,6 +10,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE
 from otel_llm.frontend.request_spans import (_SCOPE, _UNSET, FinishedSpan, RecordedEvent, RequestTracer,
+                                             _sdk_event_init, _sdk_span_init, own_constructors_match,
                                              sampled_context)
 from tests.otel_llm.conftest import Harness
 from tests.otel_llm.frontend.test_request_table import MS, S, run_timeline
@@ -181,3 +182,20 @@ def test_finished_spans_and_recorded_events_read_and_encode_as_the_sdks():
     assert (event.name, event.timestamp, dict(event.attributes), event.dropped_attributes) == ("preempted", 5, {}, 0)
     with pytest.raises(TypeError):
         event.attributes["k"] = "v"  # shared by every event: read-only
+
+
+def test_an_sdk_whose_spans_hold_more_gets_them_built_by_its_own_constructors():
+    """`FinishedSpan` and `RecordedEvent` set exactly the SDK's fields here; where they would not,
+    the module builds them with the SDK's constructors, which must give the same spans."""
+    assert own_constructors_match() == (True, True)
+    resource = TracerProvider().resource
+    ctx, parent = sampled_context(0xABC, 0x12), sampled_context(0xABC, 0x34, True)
+    status = Status(StatusCode.ERROR, "request finished with abort")
+    fast = FinishedSpan("chat m", ctx, parent, resource, {"k": 1}, 10, 20, (RecordedEvent("first_token", 15),),
+                        SpanKind.SERVER, status)
+    event = RecordedEvent.__new__(RecordedEvent)
+    _sdk_event_init(event, "first_token", 15)
+    built = FinishedSpan.__new__(FinishedSpan)
+    _sdk_span_init(built, "chat m", ctx, parent, resource, {"k": 1}, 10, 20, (event,), SpanKind.SERVER, status)
+    assert built.to_json() == fast.to_json()
+    assert sdk_encode_spans([built]) == sdk_encode_spans([fast])
