@@ -125,10 +125,10 @@ class _Arena:
         return (_Cut(self._histogram_names, functools.partial(self._histogram, words, exemplars)),
                 _Cut(self._counter_names, functools.partial(self._counter, words)), Words(words, self))
 
-    def histogram_at(self, name: str) -> tuple[int, int, tuple[int, int]]:
-        """Where histogram `name`'s counts and sums start in the buffer, and the counts' shape."""
-        _, shape, (c0, _, s0, *_) = self._histogram_spans[name]
-        return c0, s0, shape
+    def histogram_at(self, name: str) -> tuple[int, int]:
+        """Where histogram `name`'s counts and sums start in the buffer."""
+        _, _, (c0, _, s0, *_) = self._histogram_spans[name]
+        return c0, s0
 
     def counter_at(self, name: str) -> int:
         """Where counter `name`'s values start in the buffer."""
