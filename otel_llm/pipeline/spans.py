@@ -19,7 +19,8 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_llm.export.otlp_traces import end_spans
-from otel_llm.frontend.request_spans import FinishedSpan, RecordedEvent, new_span_identity, sampled_context
+from otel_llm.export.finished_spans import FinishedSpan, RecordedEvent
+from otel_llm.frontend.request_spans import new_span_identity, sampled_context
 from otel_llm.frontend.span_limits import SpanLimiter
 
 

@@ -13,7 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_llm.export.export_counts import ExportCounts
 from otel_llm.export.otlp_traces import CountingBatchSpanProcessor, end_spans
-from otel_llm.frontend.request_spans import FinishedSpan, sampled_context
+from otel_llm.export.finished_spans import FinishedSpan
+from otel_llm.frontend.request_spans import sampled_context
 
 
 def spans(n: int, first: int = 1) -> list[FinishedSpan]:

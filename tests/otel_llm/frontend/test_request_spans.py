@@ -9,9 +9,9 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from otel_llm import FinishReason, RequestInfo
 from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE
-from otel_llm.frontend.request_spans import (_SCOPE, _UNSET, FinishedSpan, RecordedEvent, RequestTracer,
-                                             _sdk_event_init, _sdk_span_init, own_constructors_match,
-                                             sampled_context)
+from otel_llm.export.finished_spans import (SCOPE as _SCOPE, UNSET as _UNSET, FinishedSpan, RecordedEvent,
+                                            _sdk_event_init, _sdk_span_init, own_constructors_match)
+from otel_llm.frontend.request_spans import RequestTracer, sampled_context
 from tests.otel_llm.conftest import Harness
 from tests.otel_llm.frontend.test_request_table import MS, S, run_timeline
 
