@@ -9,10 +9,11 @@ the answer in one write (headers, message, trailers), or trailers only for an er
 
 One event loop thread serves every connection; handlers run on it (the receiver's sink is CPU
 work: a thread hand-off per call would cost more than it saves). Bounds, from the listener's
-`HttpServerSettings` (the collector's connection flags; its `tls` and `auth` too): connections (beyond
-`max_connections`, closed at once), the preface and first request within `header_timeout_s`, each request's message within `body_timeout_s` (else the
-stream is reset), connections with no call for `idle_timeout_s` closed with GOAWAY, a client that
-does not read its answers for `write_timeout_s` closed; per connection at most
+`HttpServerSettings` (the collector's connection flags; its `tls` and `auth` too): connections
+(beyond `max_connections`, closed at once), the preface and first request within `header_timeout_s`,
+each request's message within `body_timeout_s` (else the stream is reset), connections with no
+call for `idle_timeout_s` closed with GOAWAY, a client that does not read its answers for
+`write_timeout_s` closed; per connection at most
 `MAX_CONCURRENT_STREAMS` calls and `max_message_bytes` of request bytes held (flow control stops
 the client beyond that).
 

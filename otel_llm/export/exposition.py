@@ -116,16 +116,16 @@ class Renderer:
 
     def __init__(self, profile: Profile, cardinality_limit: int = DEFAULT_CARDINALITY_LIMIT):
         self.profile = profile
-        self._cache: dict = {}
+        self._cache: dict = {}  # a folded source's prepared entries per family
         self.limit = cardinality_limit
         self._bases = CardinalityLimiter(cardinality_limit)  # (model, engine, version) of the sources
         self._overflowed: dict[str, int] = {}  # canonical instrument -> measurements folded here
         self._shown = {f.canonical for f in profile.families}
-        self._plans: dict = {}  # a source's (prepared entries per family, HistogramPlan, its offsets per family)
+        self._plans: dict[tuple, _SourcePlan] = {}  # per source (not a folded one: its table is new each render)
 
     def _prepared(self, src: Source, fam: ProfileFamily, inst: Instrument):
-        key = ((OVERFLOW_LABEL, fam.name, fam.const, inst.buckets, inst.export_buckets) if src.overflow else
-               (src.model, src.engine, src.stage, src.replica, fam.name, fam.const, id(src.table)))  # entries may share an instrument or a name
+        # a folded source's, kept here (its table is new each render); another's are kept in its plan
+        key = (OVERFLOW_LABEL, fam.name, fam.const, inst.buckets, inst.export_buckets) if src.overflow else None
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -164,13 +164,14 @@ class Renderer:
                 suffix = self.profile.counter_suffix if fam.kind(inst) is Kind.COUNTER else ""
                 out.append((series, f"{fam.name}{suffix}{{{lab}}} " if lab else f"{fam.name}{suffix} "))
         prepared = (out, np.append(pos, len(fine)))  # each shown bucket's last fine one, then +Inf's
-        self._cache[key] = prepared
+        if key is not None:
+            self._cache[key] = prepared
         return prepared
 
     def _plan(self, src: Source) -> _SourcePlan:
         """`src`'s prepared entries per profile family, the `RenderPlan` of its values and where each
-        family's start in them. Cached per source, as the entries (a folded source's only per family:
-        its table is new each render)."""
+        family's start in them. Cached per source (a folded source's entries only per family: its table
+        is new each render)."""
         key = None if src.overflow else (src.model, src.engine, src.stage, src.replica, id(src.table))
         plan = self._plans.get(key)
         if plan is not None:
@@ -341,18 +342,16 @@ class Renderer:
         """`cumulative`, `sums`: the source's (`RenderPlan.numbers`), this family's entries' from `start`
         on: per entry, its cumulative counts at the shown bounds (`ends`: the fine bucket each ends at)
         and its sum."""
-        at, s, _ = start
+        at, first, _ = start
         k = len(ends)
         h = histograms[name] if openmetrics else None  # (text: read from the plan's numbers alone)
         exemplars = h is not None and h.exemplars is not None
-        for series, prefixes, p_sum, p_count, template in prepared:
-            values = cumulative[at:at + k]
-            at += k
+        for e, (series, prefixes, p_sum, p_count, template) in enumerate(prepared):
+            values = cumulative[at + e * k:at + (e + 1) * k]
             total = values[-1]
-            s += 1
             if not empty and not total:
                 continue
-            total_sum = format_value(sums[s - 1] * scale)
+            total_sum = format_value(sums[first + e] * scale)
             if not exemplars:
                 lines.append(template % (*values, total_sum, total))  # the buckets, sum and count lines
                 continue
