@@ -34,7 +34,9 @@ from __future__ import annotations
 import argparse
 import functools
 import http.client
+import itertools
 import json
+import math
 import os
 import random
 import re
@@ -45,7 +47,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import grpc
 import httpx
@@ -66,25 +68,75 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REASONS = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.ABORT)
 
 
-def server_export(index: int, requests: int = 48) -> ExportMetricsServiceRequest:
-    """One server's OTLP export after `requests` requests over both operations and three finish reasons."""
+def server_exports(index: int, rounds: int = 4, requests: int = 48) -> list[ExportMetricsServiceRequest]:
+    """One server's successive OTLP exports: after `requests` requests over both operations and three
+    finish reasons (and two exports, which fill its exemplar buckets), up to `rounds` exports `requests // 4`
+    requests apart, of one shape: the same series and exemplar buckets, the values, timestamps and
+    exemplars moving, as a running server's exports do."""
     tel = Telemetry(TelemetryConfig(model_name="bench-model", log_stats=False, tracer_provider=TracerProvider(),
                                     cache_config={"block_size": "16", "num_gpu_blocks": "4096"}))
     rec = StepRecorder()
-    for i in range(requests):
-        rid = tel.arrival(RequestInfo(f"r{i}", prompt_tokens=20 + i, max_tokens=8,
-                                      operation="chat" if i % 2 else "text_completion"))
-        rec.queued(rid)
-        rec.scheduled(rid, num_cached_tokens=i % 16)
-        tel.ingest(rec.end_step_bytes(20 + i))
-        for k in range(1 + i % 7):
-            rec.outputs([rid], 1)
-            rec.snapshot(SchedulerSnapshot(running=4, waiting=i % 3, kv_usage=0.3, prefix_queries=32, prefix_hits=8))
-            tel.ingest(rec.end_step_bytes(0))
-        rec.finished(rid, _REASONS[i % 3])
-        tel.ingest(rec.end_step_bytes(0))
     resource = Resource.create({"service.name": "otel-llm", "service.instance.id": f"server-{index:03d}"})
-    return encode_metrics(to_metrics_data([tel], resource))
+    out = []
+    for n in [requests] + [requests // 4] * (rounds + 1):
+        for _ in range(n):
+            i, rid = (len(out) * requests // 4 + _) % requests, f"r{len(out)}-{_}"  # the warm-up's requests again
+            rid = tel.arrival(RequestInfo(rid, prompt_tokens=20 + i, max_tokens=8,
+                                          operation="chat" if i % 2 else "text_completion"))
+            rec.queued(rid)
+            rec.scheduled(rid, num_cached_tokens=i % 16)
+            tel.ingest(rec.end_step_bytes(20 + i))
+            for k in range(1 + i % 7):
+                rec.outputs([rid], 1)
+                rec.snapshot(SchedulerSnapshot(running=4, waiting=i % 3, kv_usage=0.3, prefix_queries=32,
+                                               prefix_hits=8))
+                tel.ingest(rec.end_step_bytes(0))
+            rec.finished(rid, _REASONS[i % 3])
+            tel.ingest(rec.end_step_bytes(0))
+        out.append(encode_metrics(to_metrics_data([tel], resource)))
+    size = out[-1].ByteSize()  # a late exemplar bucket may still change a round's shape: the last shape's only
+    return [e for e in out[2:] if e.ByteSize() == size]
+
+
+def server_export(index: int) -> ExportMetricsServiceRequest:
+    """One export of one server (`server_exports`' first)."""
+    return server_exports(index, rounds=1)[0]
+
+
+def merged(exports: list[ExportMetricsServiceRequest]) -> ExportMetricsServiceRequest:
+    """Several servers' exports in one request, as an agent forwarding for them sends it."""
+    out = ExportMetricsServiceRequest()
+    for e in exports:
+        out.resource_metrics.extend(e.resource_metrics)
+    return out
+
+
+class Body(NamedTuple):
+    """An export request as sent: its bytes and each server's collection time in it (one per server)."""
+
+    payload: bytes
+    times: tuple[int, ...]
+
+    def later(self, seconds: int) -> bytes:
+        """The same export `seconds` later: every point's time_unix_nano (field 3, fixed64) moved on."""
+        payload = self.payload
+        for t in self.times:
+            later = t + seconds * 10**9
+            payload = payload.replace(b"\x19" + t.to_bytes(8, "little"), b"\x19" + later.to_bytes(8, "little"))
+        return payload
+
+
+def collection_times(request: ExportMetricsServiceRequest) -> tuple[int, ...]:
+    return tuple(sorted({p.time_unix_nano for rm in request.resource_metrics for sm in rm.scope_metrics
+                         for m in sm.metrics for p in getattr(m, m.WhichOneof("data")).data_points}))
+
+
+def passes(rows: list[list[Body]], first: int = 0, count: int | None = None) -> Iterator[bytes]:
+    """Pass after pass over the rows (a server's or a group's rounds), pass k taking each row's round k
+    (cycling) `k` seconds later: each server exporting every second, its timestamps moving on."""
+    for k in itertools.count(first) if count is None else range(first, first + count):
+        for row in rows:
+            yield row[k % len(row)].later(k)
 
 
 def num_points(request: ExportMetricsServiceRequest) -> int:
@@ -92,13 +144,18 @@ def num_points(request: ExportMetricsServiceRequest) -> int:
                for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
 
 
-def batched(exports: list[ExportMetricsServiceRequest], size: int) -> list[bytes]:
+def batched(exports: list[list[ExportMetricsServiceRequest]], size: int) -> list[list[Body]]:
+    """Per group of `size` servers, its rounds: each round's exports merged into one request."""
     out = []
     for i in range(0, len(exports), size):
-        merged = ExportMetricsServiceRequest()
-        for e in exports[i:i + size]:
-            merged.resource_metrics.extend(e.resource_metrics)
-        out.append(merged.SerializeToString())
+        group = exports[i:i + size]
+        requests = [merged([e[r] for e in group]) for r in range(min(map(len, group)))]
+        row = [Body(request.SerializeToString(), collection_times(request)) for request in requests]
+        for body in row:  # `later` moves every point's time and nothing else
+            moved = ExportMetricsServiceRequest.FromString(body.later(1))
+            assert collection_times(moved) == tuple(t + 10**9 for t in body.times) and len(body.later(1)) == len(
+                body.payload), "an export's timestamps did not move as expected"
+        out.append(row)
     return out
 
 
@@ -178,48 +235,51 @@ def connection(port: int, secure: Secure | None) -> http.client.HTTPConnection:
     return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=secure.context)
 
 
-def send_http(port: int, bodies: list[bytes], seconds: float, path: str = "/v1/metrics",
+def send_http(port: int, bodies: Iterable[bytes], seconds: float = math.inf, path: str = "/v1/metrics",
               secure: Secure | None = None) -> int:
+    """Send `bodies` in order until they end or `seconds` passed; -> how many were sent."""
     conn = connection(port, secure)
     headers = {"Content-Type": "application/x-protobuf", **({} if secure is None else secure.headers)}
     sent, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for body in bodies:
-            conn.request("POST", path, body, headers)
-            response = conn.getresponse()
-            response.read()
-            if response.status != 200:
-                raise RuntimeError(f"collector answered {response.status}")
-            sent += 1
+    for body in bodies:
+        if time.monotonic() >= deadline:
+            break
+        conn.request("POST", path, body, headers)
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"collector answered {response.status}")
+        sent += 1
     return sent
 
 
-def send_grpc(target: str, bodies: list[bytes], seconds: float) -> int:
+def send_grpc(target: str, bodies: Iterable[bytes], seconds: float = math.inf) -> int:
     with grpc.insecure_channel(target) as channel:
         export = channel.unary_unary("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
                                      request_serializer=None, response_deserializer=None)
         sent, deadline = 0, time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for body in bodies:
-                export(body, timeout=30)
-                sent += 1
+        for body in bodies:
+            if time.monotonic() >= deadline:
+                break
+            export(body, timeout=30)
+            sent += 1
     return sent
 
 
-def ingest_rate(transport: str, bodies: list[bytes], seconds: float, secure: Secure | None = None,
+def ingest_rate(transport: str, rows: list[list[Body]], seconds: float, secure: Secure | None = None,
                 senders: int = 1) -> dict:
-    """`senders` > 1: that many threads each send every `senders`-th body over a connection of their own,
-    as a fleet's servers export at once (the collector busy, not waking for each request)."""
+    """`senders` > 1: that many threads each send every `senders`-th row's exports over a connection of
+    their own, as a fleet's servers export at once (the collector busy, not waking for each request)."""
     with CollectorProcess(*(secure.flags if secure else ()), secure=secure) as collector:
         if transport == "http":
             where, send = collector.http_port, functools.partial(send_http, secure=secure)
         else:
             where, send = collector.grpc_target, send_grpc
-        send(where, bodies, 0.3)  # warm up, in whole passes: every server's series exist before the clock starts
+        send(where, passes(rows, count=2))  # warm up: every server's series (and export shape) known
         sent = [0] * senders
 
         def sender(i: int) -> None:
-            sent[i] = send(where, bodies[i::senders], seconds)
+            sent[i] = send(where, passes(rows[i::senders], first=2), seconds)
         threads = [threading.Thread(target=sender, args=(i,)) for i in range(senders)]
         before_cpu, before_points, start = collector.cpu_s(), collector.accepted(), time.monotonic()
         for thread in threads:
@@ -285,10 +345,10 @@ def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: 
         url = f"{backend.endpoint}/v1/traces" if backend_up else "http://127.0.0.1:9/v1/traces"
         flags = [*(["--storage-dir", storage] if on_disk else []), *(["--tail-sampling"] if sampling else [])]
         with CollectorProcess("--traces-to", url, *flags) as collector:
-            send_http(collector.http_port, bodies[:1], 0.2, "/v1/traces")  # warm up
+            send_http(collector.http_port, itertools.cycle(bodies[:1]), 0.2, "/v1/traces")  # warm up
             before_cpu = collector.cpu_s()
             before = {k: collector.counter(k) for k in ("otelcol_exporter_sent_spans", "otelcol_receiver_accepted_spans")}
-            requests = send_http(collector.http_port, bodies, seconds, "/v1/traces")
+            requests = send_http(collector.http_port, itertools.cycle(bodies), seconds, "/v1/traces")
             def settled() -> bool:  # every span taken was decided, and every kept one sent or dropped (counted)
                 out = sum(collector.counter(f"otelcol_exporter_{k}_spans") for k in ("sent", "enqueue_failed"))
                 accepted = collector.counter("otelcol_receiver_accepted_spans")
@@ -310,28 +370,34 @@ def traces_rate(bodies: list[bytes], seconds: float, backend_up: bool, on_disk: 
                     "peak_rss_mb": collector.peak_rss_mb()}
 
 
-def store_only(bodies: list[bytes], repeats: int) -> float:
-    store = MetricStore()
-    for body in bodies:
-        store.ingest(body)
-    start, points = time.process_time(), 0
-    for _ in range(repeats):
+def store_only(rows: list[list[Body]], repeats: int) -> dict:
+    """Points per CPU-second of the store's decode+apply, in-process: as it runs (each server's exports
+    of a known shape), and by the full path only (what every export cost before shapes were known)."""
+    out = {}
+    for label in ("points_per_cpu_s", "full_path_points_per_cpu_s"):
+        store = MetricStore()
+        ingest = store.ingest if label == "points_per_cpu_s" else store._ingest
+        for body in passes(rows, count=2):
+            ingest(body)
+        bodies = list(passes(rows, first=2, count=repeats))
+        start, points = time.process_time(), 0
         for body in bodies:
-            points += store.ingest(body).accepted
-    return round(points / (time.process_time() - start))
+            points += ingest(body).accepted
+        out[label] = round(points / (time.process_time() - start))
+    return out
 
 
-def scrape_ms(bodies: list[bytes], repeats: int) -> dict:
+def scrape_ms(rows: list[list[Body]], repeats: int) -> dict:
     """Every series fresh before each render (all servers pushed since the last scrape); the
     line prefixes cached from the first render, as in a running collector."""
     store = MetricStore()
-    for body in bodies:
+    for body in passes(rows, count=1):
         store.ingest(body)
     out = {"series": store.num_series()}
     for label, openmetrics in (("text_ms", False), ("openmetrics_ms", True)):
         times = []
-        for _ in range(repeats):
-            for body in bodies:
+        for k in range(repeats):
+            for body in passes(rows, first=1 + k + (repeats if openmetrics else 0), count=1):
                 store.ingest(body)
             start = time.perf_counter()
             with store.lock:
@@ -417,12 +483,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-interval-ms", type=int, default=1000, help="the servers' OTEL_METRIC_EXPORT_INTERVAL")
     args = parser.parse_args(argv)
     seconds = 0.5 if args.quick else args.seconds
-    exports = [server_export(i) for i in range(args.servers)]
+    exports = [server_exports(i) for i in range(args.servers)]
     single = batched(exports, 1)
     grouped = batched(exports, args.batch)
-    result = {"servers": args.servers, "points_per_export": num_points(exports[0]),
-              "export_bytes": len(single[0])}
-    result["store_only_points_per_cpu_s"] = store_only(single, 2 if args.quick else 20)
+    result = {"servers": args.servers, "points_per_export": num_points(exports[0][0]),
+              "export_bytes": len(single[0][0].payload),
+              "exports_per_server": sum(map(len, single)) / len(single)}
+    store = store_only(single, 2 if args.quick else 20)
+    result["store_only_points_per_cpu_s"] = store["points_per_cpu_s"]
+    result["store_only_full_path_points_per_cpu_s"] = store["full_path_points_per_cpu_s"]
     for transport in ("http", "grpc"):
         result[f"ingest_{transport}"] = ingest_rate(transport, single, seconds)
         result[f"ingest_{transport}_{args.senders}_senders"] = ingest_rate(transport, single, seconds,

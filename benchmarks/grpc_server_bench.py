@@ -305,14 +305,14 @@ def main(argv: list[str] | None = None) -> int:
         serve(args.serve)
         return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from collector_bench import batched, num_points, server_export
+    from collector_bench import merged, num_points, server_export
 
     servers, seconds, rounds = (4, 0.3, 1) if args.quick else (args.servers, args.seconds, args.rounds)
     batch = min(args.batch, servers)
     exports = [server_export(i) for i in range(servers)]
-    single = [(body, num_points(e)) for body, e in zip(batched(exports, 1), exports)]
-    grouped = [(body, sum(num_points(e) for e in exports[i:i + batch]))
-               for body, i in zip(batched(exports, batch), range(0, servers, batch))]
+    single = [(e.SerializeToString(), num_points(e)) for e in exports]
+    grouped = [(merged(exports[i:i + batch]).SerializeToString(), sum(num_points(e) for e in exports[i:i + batch]))
+               for i in range(0, servers, batch)]
     workloads = [Workload("empty", False, 1), Workload("empty", False, args.inflight),
                  Workload("decode", False, 1), Workload("decode", False, args.inflight),
                  Workload("decode", True, 1)]

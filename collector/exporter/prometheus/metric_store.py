@@ -42,7 +42,9 @@ from typing import NamedTuple
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from otel_llm.collector.exporter.prometheus.known_shapes import MAX_BYTES, MAX_SHAPES, Shape, exemplar_getters
 from otel_llm.collector.pdata import metrics_wire as wire
+from otel_llm.collector.pdata.metrics_layout import Layout, first_resource
 from otel_llm.collector.pdata.otlp_codec import PayloadError
 from otel_llm.collector.processor.metric_routes import Pairs, Placement, ResourceInfo, Route, Router
 from otel_llm.export.exposition import label_text
@@ -157,13 +159,37 @@ class MetricStore:
         # resource -> scope -> metric name -> (kind, monotonic, per route (route, its input series)): a
         # sender's metric found by its name alone, its resource and scope looked up once per request
         self._plans: dict[bytes, dict[bytes, dict[str, tuple]]] = {}
+        self._shapes: dict[bytes, Shape] = {}  # a sender's first resource -> its export's last shape
+        self._shape_bytes = 0
         self._clock = clock
 
     # -- ingestion -----------------------------------------------------------------------
 
     def ingest(self, payload: bytes) -> IngestResult:
         """Apply one ExportMetricsServiceRequest (protobuf bytes). Raises PayloadError(400) if
-        it does not parse; points it cannot take are refused and counted, never raised."""
+        it does not parse; points it cannot take are refused and counted, never raised. An export
+        shaped as its sender's last is applied without parsing it (`known_shapes`)."""
+        key = first_resource(payload)
+        shape = None if key is None else self._shapes.get(key)
+        if shape is not None and shape.layout is not None:
+            values = shape.layout.values(payload)
+            if values is not None:
+                now = self._clock()
+                with self.lock:
+                    if self._shapes.get(key) is shape:
+                        return IngestResult(shape.apply(payload, values, now), 0, "")
+        result = self._ingest(payload)
+        if key is not None and not result.refused:
+            if shape is None:
+                with self.lock:
+                    if len(self._shapes) >= MAX_SHAPES:
+                        self._forget_shapes()
+                    self._shapes.setdefault(key, Shape(None, None, 0))
+            elif shape.due():
+                self._learn(key, payload, shape)
+        return result
+
+    def _ingest(self, payload: bytes) -> IngestResult:
         try:
             request = wire.ExportMetricsServiceRequest.FromString(payload)
         except (DecodeError, RecursionError) as exc:
@@ -218,6 +244,8 @@ class MetricStore:
             return 0, len(points), f"{name}: {kind} points are not supported (use explicit buckets)"
         entry = plan.get(name)
         if entry is None or entry[0] != kind or entry[1] != monotonic:
+            if entry is not None:
+                self._forget_shapes()
             routes = self._routes.get((scope, name, kind, monotonic))
             if routes is None:
                 try:
@@ -238,6 +266,49 @@ class MetricStore:
             if refused > bad:
                 bad, reason = refused, why
         return len(points) - bad, bad, (f"{name}: {reason}" if reason else "")
+
+    def _learn(self, key: bytes, payload: bytes, last: Shape) -> None:
+        layout = Layout.of(payload)
+        with self.lock:
+            bound = None if layout is None else self._bind(layout)
+            old = self._shapes.get(key)
+            if old is not None and old.layout is not None:
+                self._shape_bytes -= old.layout.size
+            if bound is not None:
+                if self._shape_bytes + layout.size > MAX_BYTES:
+                    self._forget_shapes()
+                self._shape_bytes += layout.size
+            self._shapes[key] = Shape(layout, bound, last.next_backoff())
+
+    def _bind(self, layout: Layout) -> tuple | None:
+        """Each point of `layout` -> the series this store put it in, for `Shape.apply`; None when one is
+        missing, or a point is one `Shape.apply` does not apply as the full path would (see there)."""
+        resources, seen, numbers, histograms = {}, [], [], []
+        for m in layout.metrics:
+            resource = self.resources.get(m.resource)
+            entry = self._plans.get(m.resource, {}).get(m.scope, {}).get(m.name)
+            if resource is None or entry is None or entry[:2] != (m.kind, m.monotonic) or (
+                    m.kind != "gauge" and m.temporality != wire.CUMULATIVE):
+                return None
+            resources[m.resource] = resource
+            for _, metric in entry[2]:
+                for p in m.points:
+                    s = metric.series.get(p.attributes)
+                    if s is None:
+                        return None
+                    if p.flags & _NO_RECORDED_VALUE:
+                        seen.append(s)
+                    elif m.kind != "histogram":
+                        numbers.append((s, p.start, p.time, p.value))
+                    elif p.counts == Layout.EMPTY or p.bounds != s.bounds_raw:
+                        return None
+                    else:
+                        histograms.append((s, p.start, p.time, p.count, p.sum, p.counts, exemplar_getters(p.exemplars)))
+        return tuple(resources.values()), tuple(seen), tuple(numbers), tuple(histograms)
+
+    def _forget_shapes(self) -> None:
+        self._shapes.clear()
+        self._shape_bytes = 0
 
     def _metric_series(self, key: tuple) -> MetricSeries:
         series = self._metrics.get(key)
@@ -393,6 +464,7 @@ class MetricStore:
                 if resource.num_series <= 0 and resource.seen_s < deadline:
                     del self.resources[key]
                     self._plans.pop(key, None)
+                    self._forget_shapes()
         return removed
 
     def drop_unseen(self, resource_key: bytes, since: float) -> int:
@@ -425,6 +497,7 @@ class MetricStore:
     def _remove(self, metric: MetricSeries, s: Series) -> None:
         _, attributes, overflow = s.key
         del metric.series[attributes]
+        self._forget_shapes()
         if overflow:
             metric.overflowed -= 1
         else:
