@@ -4,14 +4,16 @@ Prints one JSON object:
 - ingest: an `otel-llm collector` subprocess receives OTLP/HTTP protobuf and
   OTLP/gRPC exports from `--servers` distinct servers (each export is what
   `otel-llm serve` pushes: every family of the vllm profile populated, exemplars
-  included), sent by this process as fast as the collector answers. Reported:
+  included; each server's successive exports, values, exemplars and timestamps
+  moving), sent by this process as fast as the collector answers. Reported:
   data points the collector accepted (its own `otelcol_receiver_accepted_metric_points`)
   per CPU-second of the collector process (/proc utime+stime), per transport: one
   server's export per request, one at a time (`ingest_<transport>`: the collector waits
   for each request, and wakes for it) and from `--senders` servers at once over their own
   connections (`ingest_<transport>_<N>_senders`: the collector busy, as under a fleet), and
   `--batch` exports per request (what an agent forwarding for several servers sends).
-  `store_only` is the store's decode+apply without any transport, in-process.
+  `store_only` is the store's decode+apply without any transport, in-process (and by
+  its full path only: every export parsed, as one of a new shape is).
 - scrape: the collector's exposition of `--servers` servers x the full vllm profile,
   median ms over repeats, text and OpenMetrics.
 
@@ -25,6 +27,7 @@ Prints one JSON object:
 Targets (issue 10): >= 200,000 points per CPU-second over each transport (batched); the
 scrape of 50 servers in <= 20 ms; end to end, totals exact and p99 delay <= 2 export
 intervals. Issue 38's: >= 200,000 for single server exports over gRPC (servers exporting at once).
+Issue 31's: TLS + bearer auth costs at most 15% of points per CPU-second (batched).
 
 Usage: python benchmarks/collector_bench.py [--quick] [--servers 50] [--seconds 4] [--senders 8]
 """
@@ -523,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         # issue 38's: one server's export per request, with the servers exporting at once
         "ingest_grpc_single_exports_200k_per_cpu_s": (
             result[f"ingest_grpc_{args.senders}_senders"]["points_per_cpu_s"] >= 200_000),
-        "tls_bearer_costs_at_most_15pct": max(result["ingest_http_tls_bearer"]["cost_vs_plain"],
-                                              result["ingest_http_batched_tls_bearer"]["cost_vs_plain"]) <= 0.15,
+        # issue 31's, on batched requests: TLS's share of a single export is reported beside it
+        "tls_bearer_costs_at_most_15pct": result["ingest_http_batched_tls_bearer"]["cost_vs_plain"] <= 0.15,
         "scrape_50_servers_20ms": result["scrape"]["openmetrics_ms"] <= 20 and args.servers >= 50,
         "traces_forward_20k_spans_per_cpu_s": result["traces_forward_http"]["spans_per_cpu_s"] >= 20_000,
         "traces_disk_queue_10k_spans_per_cpu_s": result["traces_forward_http_disk_queue"]["spans_per_cpu_s"] >= 10_000,

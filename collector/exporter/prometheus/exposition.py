@@ -144,10 +144,12 @@ def latest_exemplars(members, exposed_bounds: list[float]) -> list[tuple | None]
     latest: list[tuple | None] = [None] * (len(exposed_bounds) + 1)
     for s in members:
         for e in s.exemplars or ():
-            trace_id, span_id = e.trace_id, e.span_id
+            if type(e) is not tuple:  # the wire view's Exemplar (an export the store parsed)
+                e = (e.trace_id, e.span_id, e.as_double, e.as_int, e.time_unix_nano)
+            trace_id, span_id, as_double, as_int, when = e
             if len(trace_id) != 16 or len(span_id) != 8:
                 continue
-            value, when = e.as_double or e.as_int, e.time_unix_nano
+            value = as_double or as_int
             bucket = bisect.bisect_left(exposed_bounds, value)
             if latest[bucket] is None or when > latest[bucket][3]:
                 latest[bucket] = (trace_id, span_id, value, when)

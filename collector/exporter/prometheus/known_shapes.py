@@ -23,7 +23,6 @@ binds may be gone), and when it holds `MAX_SHAPES` senders' or `MAX_BYTES` of pa
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import NamedTuple
 
 from otel_llm.collector.pdata.metrics_layout import Layout
 
@@ -33,29 +32,20 @@ _PAYBACK = 16  # hits per miss that pay for learning a shape (a layout walk cost
 _MAX_BACKOFF = 6
 
 
-class Exemplar(NamedTuple):
-    """What the exposition reads of an exemplar (`exposition.latest_exemplars`), as the wire view has it."""
-
-    trace_id: bytes
-    span_id: bytes
-    as_double: float
-    as_int: int
-    time_unix_nano: int
-
-
 class LaidOutExemplars:
-    """A histogram point's exemplars, made from its export's bytes when first read (only OpenMetrics
-    scrapes and remote-write read them). Never empty."""
+    """A histogram point's exemplars, (trace_id, span_id, as_double, as_int, time_unix_nano) tuples made
+    from its export's bytes when first read (only OpenMetrics scrapes and remote-write read them).
+    Never empty."""
 
     __slots__ = ("_export", "_getters", "_made")
 
     def __init__(self, export: _Export, getters: tuple[itemgetter, ...]) -> None:
-        self._export, self._getters, self._made = export, getters, None  # getters: Exemplar's fields, in order
+        self._export, self._getters, self._made = export, getters, None
 
     def __iter__(self):
         if self._made is None:
             values = self._export.exemplar_values()
-            self._made = [_new(Exemplar, get(values)) for get in self._getters]
+            self._made = [get(values) for get in self._getters]
             self._export = None
         return iter(self._made)
 
@@ -81,9 +71,6 @@ class _Export:
 def exemplar_getters(indexes: tuple[tuple[int, ...], ...]) -> tuple[itemgetter, ...]:
     """A `Layout`'s exemplar indexes (`HistogramPoint.exemplars`) as `LaidOutExemplars` reads them."""
     return tuple(itemgetter(*e) for e in indexes)
-
-
-_new = tuple.__new__  # (a NamedTuple from a tuple, without its __new__'s arguments)
 
 
 class Shape:

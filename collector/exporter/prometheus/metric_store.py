@@ -78,7 +78,8 @@ class IngestResult(NamedTuple):
 class Series:
     """One input series' latest state. Histograms: `counts` is the bucket counts (not cumulative)
     as little-endian uint64 bytes, exactly as they came on the wire; `exemplars` the latest
-    point's exemplars (a view of the request they came in; read at exposition)."""
+    point's exemplars, read at exposition: a view of the request they came in, or, from an export
+    of a known shape, `known_shapes.LaidOutExemplars`."""
 
     __slots__ = ("key", "group", "route", "start_ns", "time_ns", "seen_s", "value", "counts", "count", "sum",
                  "exemplars", "bounds_raw", "factor")

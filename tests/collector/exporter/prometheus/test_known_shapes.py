@@ -27,7 +27,8 @@ def state(store: MetricStore) -> dict:
     out = {}
     for key, metric in store._metrics.items():
         for attributes, s in metric.series.items():
-            exemplars = [(e.trace_id, e.span_id, e.as_double, e.as_int, e.time_unix_nano) for e in s.exemplars or ()]
+            exemplars = [e if type(e) is tuple else (e.trace_id, e.span_id, e.as_double, e.as_int, e.time_unix_nano)
+                         for e in s.exemplars or ()]
             out[key, attributes] = (s.value, type(s.value), s.start_ns, s.time_ns, s.counts, s.count, s.sum,
                                     type(s.sum), s.seen_s, s.group.labels, exemplars)
     return out
