@@ -21,6 +21,7 @@ gives None, and the caller takes the full path for it every time.
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -87,7 +88,7 @@ class Layout:
             metrics = walk.request()
         except (_NotPlain, IndexError, UnicodeDecodeError):
             return None
-        moving = sorted(walk.moving)
+        moving = sorted(walk.moving, key=itemgetter(0))  # (no two fields start at one byte)
         edges = np.zeros(len(payload) + 1, np.int32)  # +1 where a moving field starts, -1 after it
         np.add.at(edges, [m[0] for m in moving], 1)
         np.add.at(edges, [m[1] for m in moving], -1)
@@ -142,7 +143,7 @@ def first_resource(payload: bytes) -> bytes | None:
                 return None
             length, at = _varint(payload, at + 1)
         return payload[at:at + length]
-    except IndexError:
+    except (IndexError, _NotPlain):
         return None
 
 

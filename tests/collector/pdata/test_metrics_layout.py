@@ -131,5 +131,5 @@ def test_first_resource_reads_only_the_leading_bytes():
     payload = request([gauge("g", 1.0)], service="svc")
     resource = wire.ExportMetricsServiceRequest.FromString(payload).resource_metrics[0].resource
     assert first_resource(payload) == resource and b"svc" in resource
-    for not_a_request in (b"", b"\x12\x00", b"\x0a\x05\x0a"):
+    for not_a_request in (b"", b"\x12\x00", b"\x0a\x05\x0a", b"\x0a" + b"\xff" * 11 + b"\x01"):
         assert first_resource(not_a_request) is None

@@ -16,6 +16,7 @@ from otel_llm.collector.exporter.prometheus import known_shapes
 from otel_llm.collector.exporter.prometheus.exposition import render
 from otel_llm.collector.exporter.prometheus.metric_store import MetricStore, StoreConfig
 from otel_llm.collector.pdata import metrics_layout
+from otel_llm.collector.pdata.otlp_codec import PayloadError
 from otel_llm.shim.profiles import PROFILE_NAMES
 from tests.collector.exporter.prometheus.test_metric_store import Clock, otlp_of, serve_some
 from tests.collector.otlp_builders import DELTA, SEC, counter, request, samples
@@ -173,3 +174,11 @@ def test_a_sender_whose_shape_never_holds_costs_few_layout_walks(monkeypatch):
         store.ingest(shapes[0])
     (shape,) = store._shapes.values()
     assert shape.layout.values(shapes[0]) is not None and shape.hits >= 5
+
+
+def test_bad_bytes_where_a_senders_key_is_read_are_a_clear_400():
+    store = MetricStore()
+    for payload in (b"\x0a" + b"\xff" * 11 + b"\x01", b"\x0a\x7f\x0a\x7f"):
+        with pytest.raises(PayloadError) as caught:
+            store.ingest(payload)
+        assert caught.value.status == 400
