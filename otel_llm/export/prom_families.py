@@ -43,6 +43,10 @@ def go_count(n: int) -> str:
     return f"{n}.0" if type(n) is int and 0 <= n < 1000000 else go_float(n)
 
 
+_INT = {int}
+_COUNT_LINE = "{}{}.0\n".format  # a bucket line of an int count, as go_count writes it
+
+
 def _escape(v: str) -> str:
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
@@ -143,7 +147,8 @@ class DeclaredFamily:
         return dict(zip(self.labelnames, child.labelvalues))
 
     def _prefixes(self) -> tuple:
-        """Per child: (child, [prefix per sample line], created-line prefix)."""
+        """Per child: (child, [prefix per sample line], its created line: the child's creation time never
+        changes)."""
         if self._lines is None:
             out = []
             for child in list(self.children.values()):
@@ -154,7 +159,7 @@ class DeclaredFamily:
                     pre += [f"{self.name}_count{_labels(pairs)} ", f"{self.name}_sum{_labels(pairs)} "]
                 else:
                     pre = [f"{self.name}{'_total' if self.kind == COUNTER else ''}{_labels(pairs)} "]
-                out.append((child, pre, f"{self.name}_created{_labels(pairs)} "))
+                out.append((child, pre, f"{self.name}_created{_labels(pairs)} {go_float(child.created)}\n"))
             doc = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
             main = self.name + ("_total" if self.kind == COUNTER else "")
             head = f"# HELP {main} {doc}\n# TYPE {main} {self.kind}\n"
@@ -174,14 +179,17 @@ class DeclaredFamily:
             v = self.values(child)
             if self.kind == HISTOGRAM:
                 cum, total = v
-                parts.extend(f"{p}{go_count(c)}\n" for p, c in zip(pre, cum))
+                if set(map(type, cum)) == _INT and 0 <= min(cum) and max(cum) < 1000000:  # (go_count's common case)
+                    parts.extend(map(_COUNT_LINE, pre, cum))
+                else:
+                    parts.extend(f"{p}{go_count(c)}\n" for p, c in zip(pre, cum))
                 parts.append(pre[-2] + go_count(cum[-1]) + "\n")
                 parts.append(pre[-1] + go_float(total) + "\n")
             else:
                 parts.append(pre[0] + go_float(v) + "\n")
         if with_created and self.kind != GAUGE and lines:
             parts.append(created_head)
-            parts.extend(c + go_float(child.created) + "\n" for child, _, c in lines)
+            parts.extend(c for _, _, c in lines)
 
     def metric(self, with_created: bool) -> Metric:
         """The same data as a prometheus_client `Metric` (for registries and other exposition formats)."""

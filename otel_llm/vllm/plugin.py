@@ -438,26 +438,33 @@ def _canonical_source(fam, pfam, inst, agg):
 
     if inst.kind is Kind.HISTOGRAM:
         fine = np.asarray(inst.buckets, np.float64)
-        pos = np.searchsorted(fine, np.asarray(fam.buckets, np.float64)).tolist() + [len(fine)]
+        pos = np.append(np.searchsorted(fine, np.asarray(fam.buckets, np.float64)), len(fine))
 
         def hist(child):
             e = engine(child)
             if e is None:
                 return [0] * len(pos), 0.0
             h, s = e.metrics.histograms[inst.name], series(child)
-            counts = h.counts[s] if type(s) is int else h.counts[s].sum(axis=0)
-            return np.cumsum(counts)[pos].tolist(), float(h.sums[s].sum())
+            if type(s) is int:  # one series: no sum over series (numpy's reductions cost microseconds each)
+                return h.counts[s].cumsum()[pos].tolist(), float(h.sums[s])
+            return h.counts[s].sum(axis=0).cumsum()[pos].tolist(), float(h.sums[s].sum())
         return hist
     if inst.kind is Kind.COUNTER:
         def counter(child):
             e = engine(child)
-            return 0.0 if e is None else float(e.metrics.counters[inst.name][series(child)].sum())
+            if e is None:
+                return 0.0
+            s = series(child)
+            return float(e.metrics.counters[inst.name][s] if type(s) is int else e.metrics.counters[inst.name][s].sum())
         return counter
 
     def gauge(child):
         e = engine(child)
         v = None if e is None else e.metrics.gauges.get(inst.name)
-        return 0.0 if v is None else float(v[series(child)].sum()) if inst.dims else float(v)
+        if v is None or not inst.dims:
+            return 0.0 if v is None else float(v)
+        s = series(child)
+        return float(v[s] if type(s) is int else v[s].sum())
     return gauge
 
 
