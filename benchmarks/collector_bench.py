@@ -82,9 +82,9 @@ def server_exports(index: int, rounds: int = 4, requests: int = 48) -> list[Expo
     resource = Resource.create({"service.name": "otel-llm", "service.instance.id": f"server-{index:03d}"})
     out = []
     for n in [requests] + [requests // 4] * (rounds + 1):
-        for _ in range(n):
-            i, rid = (len(out) * requests // 4 + _) % requests, f"r{len(out)}-{_}"  # the warm-up's requests again
-            rid = tel.arrival(RequestInfo(rid, prompt_tokens=20 + i, max_tokens=8,
+        for j in range(n):
+            i = (len(out) * (requests // 4) + j) % requests  # after the warm-up, its requests again
+            rid = tel.arrival(RequestInfo(f"r{len(out)}-{j}", prompt_tokens=20 + i, max_tokens=8,
                                           operation="chat" if i % 2 else "text_completion"))
             rec.queued(rid)
             rec.scheduled(rid, num_cached_tokens=i % 16)
@@ -129,9 +129,13 @@ class Body(NamedTuple):
         return payload
 
 
+def data_points(request: ExportMetricsServiceRequest) -> Iterator:
+    return (p for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+            for p in getattr(m, m.WhichOneof("data")).data_points)
+
+
 def collection_times(request: ExportMetricsServiceRequest) -> tuple[int, ...]:
-    return tuple(sorted({p.time_unix_nano for rm in request.resource_metrics for sm in rm.scope_metrics
-                         for m in sm.metrics for p in getattr(m, m.WhichOneof("data")).data_points}))
+    return tuple(sorted({p.time_unix_nano for p in data_points(request)}))
 
 
 def passes(rows: list[list[Body]], first: int = 0, count: int | None = None) -> Iterator[bytes]:
@@ -143,8 +147,7 @@ def passes(rows: list[list[Body]], first: int = 0, count: int | None = None) -> 
 
 
 def num_points(request: ExportMetricsServiceRequest) -> int:
-    return sum(len(getattr(m, m.WhichOneof("data")).data_points)
-               for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+    return sum(1 for _ in data_points(request))
 
 
 def batched(exports: list[list[ExportMetricsServiceRequest]], size: int) -> list[list[Body]]:

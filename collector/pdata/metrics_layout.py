@@ -26,11 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-# Wire types.
-_VARINT, _I64, _LEN = 0, 1, 2
-# What a field is to the walk: a fixed part of the shape (kept), a moving value (unpacked with
-# this struct code), or a message walked in turn.
-_KEEP = "keep"
+_VARINT, _I64, _LEN = 0, 1, 2  # wire types
 
 
 class NumberPoint(NamedTuple):
@@ -54,8 +50,7 @@ class HistogramPoint(NamedTuple):
     # as_int, time_unix_nano) indexes into `Layout.exemplar_values`' tuple
 
 
-_INDEXES = {NumberPoint: ("start", "time", "value"), HistogramPoint: ("start", "time", "count", "sum", "counts"),
-            tuple: range(5)}  # (an exemplar's)
+_INDEXES = {NumberPoint: ("start", "time", "value"), HistogramPoint: ("start", "time", "count", "sum", "counts")}
 
 
 class Metric(NamedTuple):

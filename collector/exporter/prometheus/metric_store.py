@@ -161,7 +161,7 @@ class MetricStore:
         # sender's metric found by its name alone, its resource and scope looked up once per request
         self._plans: dict[bytes, dict[bytes, dict[str, tuple]]] = {}
         self._shapes: dict[bytes, Shape] = {}  # a sender's first resource -> its export's last shape
-        self._shape_bytes = 0
+        self._shape_bytes = 0  # the bound layouts' sizes, kept as shapes come and go (a sum per learn: quadratic)
         self._clock = clock
 
     # -- ingestion -----------------------------------------------------------------------
@@ -304,7 +304,8 @@ class MetricStore:
                     elif p.counts == Layout.EMPTY or p.bounds != s.bounds_raw:
                         return None
                     else:
-                        histograms.append((s, p.start, p.time, p.count, p.sum, p.counts, exemplar_getters(p.exemplars)))
+                        histograms.append((s, p.start, p.time, p.count, p.sum, p.counts,
+                                           exemplar_getters(p.exemplars)))
         return tuple(resources.values()), tuple(seen), tuple(numbers), tuple(histograms)
 
     def _forget_shapes(self) -> None:
