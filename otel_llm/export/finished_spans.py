@@ -46,6 +46,32 @@ class FinishedSpan(ReadableSpan):
         self._status = status
 
 
+def child_span_class(resource):
+    """A constructor `(name, context, parent, attributes, start_time, end_time)` of INTERNAL spans of
+    `resource` without events (a request's queue, prefill and decode): those kept on the class too,
+    6 stores a span. With an SDK whose spans hold more fields, its own constructor builds them."""
+    if not _SPANS_MATCH:
+        return lambda name, context, parent, attributes, start_time, end_time: FinishedSpan(
+            name, context, parent, resource, attributes, start_time, end_time)
+
+    class ChildSpan(FinishedSpan):
+        _resource = resource
+        _events = ()
+        _kind = SpanKind.INTERNAL
+        _status = UNSET
+
+        def __init__(self, name: str, context: SpanContext, parent: SpanContext, attributes, start_time: int,
+                     end_time: int):
+            self._name = name
+            self._context = context
+            self._parent = parent
+            self._attributes = attributes
+            self._start_time = start_time
+            self._end_time = end_time
+
+    return ChildSpan
+
+
 class RecordedEvent(Event):
     """A span `Event` at a recorded time, without attributes (a shared, read-only empty mapping):
     half what `Event(name, {}, time)` costs, and no dict per event for the garbage collector to track."""

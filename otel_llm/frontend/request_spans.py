@@ -26,9 +26,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler
 from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -38,7 +40,8 @@ from otel_llm.canonical.instruments import ADAPTER_ATTRIBUTE
 from otel_llm.engine.clock import offset_for
 from otel_llm.engine.step import FinishReason
 from otel_llm.frontend.request import RequestInfo
-from otel_llm.export.finished_spans import SCOPE as _SCOPE, UNSET as _UNSET, FinishedSpan, RecordedEvent
+from otel_llm.export.finished_spans import (SCOPE as _SCOPE, UNSET as _UNSET, FinishedSpan, RecordedEvent,
+                                            child_span_class)
 from otel_llm.export.lane_spans import LANE_SPAN, lane_attributes
 from otel_llm.export.otlp_traces import end_spans
 from otel_llm.frontend.request_table import FinishedBatch
@@ -47,6 +50,8 @@ from otel_llm.frontend.span_limits import SpanLimiter
 _PROPAGATOR = TraceContextTextMapPropagator()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _MASK64 = (1 << 64) - 1
+_getrandbits = random.getrandbits  # what the SDK's RandomIdGenerator draws from
+_new_tuple = tuple.__new__
 _REASONS = {int(r): r for r in FinishReason}
 _REASON_LABELS = {r: (r.label,) for r in FinishReason}  # shared tuples of str: the attributes stay untracked by gc
 _FAILED = (FinishReason.ABORT, FinishReason.ERROR)
@@ -65,6 +70,17 @@ def sampled_context(trace_id: int, span_id: int, remote: bool = False) -> SpanCo
     `traceparent`): SpanContext's own tuple, without its range checks per span (a test holds the
     two equal)."""
     return tuple.__new__(SpanContext, (trace_id, span_id, remote, _SAMPLED, DEFAULT_TRACE_STATE, True))
+
+
+def _three_ids(ids) -> tuple[int, int, int]:
+    """Three span ids as `ids.generate_span_id()` would give them; from the SDK's RandomIdGenerator, one
+    192-bit draw split in three (a third of the calls; any id 0, invalid, is drawn again its own way)."""
+    if type(ids) is RandomIdGenerator:
+        bits = _getrandbits(192)
+        a, b, c = bits & _MASK64, (bits >> 64) & _MASK64, bits >> 128
+        if a and b and c:
+            return a, b, c
+    return ids.generate_span_id(), ids.generate_span_id(), ids.generate_span_id()
 
 
 def _fixed_root_decision(sampler) -> bool | None:
@@ -116,6 +132,8 @@ class RequestTracer:
         self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
         self._child_attrs: dict[str, dict] = {}  # operation -> the child spans' attributes
         self._root_sampled = _fixed_root_decision(provider.sampler)  # (a provider's sampler is read-only)
+        self._random_ids = type(provider.id_generator) is RandomIdGenerator
+        self._child_span = child_span_class(self._resource)  # queue, prefill, decode
         fixed = self._limits.attributes({"gen_ai.provider.name": provider_name, "gen_ai.request.model": model_name})
         self._provider_attr, self._model_attr = fixed.values()  # bounded once
 
@@ -123,6 +141,11 @@ class RequestTracer:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
         if not info.trace_headers and self._root_sampled is not None:  # a root, sampled or not whatever it is
             ids = self.provider.id_generator
+            if self._random_ids:  # the trace id and span id in one draw, as the SDK's generator makes them
+                bits = _getrandbits(192)
+                hi, lo, span_id = bits >> 128, (bits >> 64) & _MASK64, bits & _MASK64
+                if (hi or lo) and span_id:
+                    return hi, lo, span_id if self._root_sampled else 0, 0
             trace_id = ids.generate_trace_id()
             return trace_id >> 64, trace_id & _MASK64, ids.generate_span_id() if self._root_sampled else 0, 0
         trace_id, span_id, parent, sampled = new_span_identity(
@@ -168,7 +191,7 @@ class RequestTracer:
         info = b.infos[i]
         reason = _REASONS[reason]
         op = info.operation
-        ctx = sampled_context(trace_id, span_id)
+        ctx = _new_tuple(SpanContext, (trace_id, span_id, False, _SAMPLED, DEFAULT_TRACE_STATE, True))  # (sampled_)
         parent = sampled_context(trace_id, parent_id, True) if parent_id else None
         start, end = arrival + f_off, finish_recv + f_off
         model = self._model_attr
@@ -242,13 +265,16 @@ class RequestTracer:
         attrs = limits.attributes(attrs, strings)
         root = FinishedSpan(f"{op} {self.model_name}", ctx, parent, self._resource, attrs, start, end,
                             limits.events(events), kind, status)
-        if valid:
-            ids = self.provider.id_generator
+        if valid:  # children last to first, as live spans would end (sampled_context spelt out: 3 calls fewer)
             child_attrs = self._child_attrs.get(op)  # shared: spans are read-only
             if child_attrs is None:
                 child_attrs = self._child_attrs[op] = limits.attributes({"gen_ai.operation.name": op})
-            children = [FinishedSpan(name, sampled_context(trace_id, ids.generate_span_id()), ctx, self._resource,
-                                     child_attrs, t0 + e_off, t1 + e_off)
-                        for name, t0, t1 in (("queue", q, s), ("prefill", s, f), ("decode", f, last))]
-            out += reversed(children)
+            a, b, c = _three_ids(self.provider.id_generator)
+            child, q, s, f, last = self._child_span, q + e_off, s + e_off, f + e_off, last + e_off
+            out += (child("decode", _new_tuple(SpanContext, (trace_id, c, False, _SAMPLED, DEFAULT_TRACE_STATE, True)),
+                          ctx, child_attrs, f, last),
+                    child("prefill", _new_tuple(SpanContext, (trace_id, b, False, _SAMPLED, DEFAULT_TRACE_STATE, True)),
+                          ctx, child_attrs, s, f),
+                    child("queue", _new_tuple(SpanContext, (trace_id, a, False, _SAMPLED, DEFAULT_TRACE_STATE, True)),
+                          ctx, child_attrs, q, s))
         out.append(root)

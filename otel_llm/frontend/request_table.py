@@ -146,7 +146,7 @@ class RequestTable:
         self.max_capacity = max_capacity
         self.cap = 0
         self.handle = np.zeros(0, np.int64)  # live handle per slot, 0 = free
-        self._next_gen = np.zeros(0, np.int64)
+        self._next_gen: list[int] = []  # a slot's last generation (read and written one at a time)
         self.in_run = np.zeros(0, bool)
         self.trace = np.zeros((0, TRACE_COLUMNS), np.uint64)
         self._ints = np.zeros((len(_INT_FIELDS), 0), np.int64)
@@ -177,8 +177,9 @@ class RequestTable:
             out[: len(a)] = a
             return out
 
-        for f in ("handle", "_next_gen", "trace", "in_run"):
+        for f in ("handle", "trace", "in_run"):
             setattr(self, f, widen(getattr(self, f)))
+        self._next_gen.extend([0] * (new_cap - self.cap))
         ints = np.zeros((len(_INT_FIELDS), new_cap), np.int64)
         ints[:, : self.cap] = self._ints
         self._ints = ints
@@ -200,7 +201,7 @@ class RequestTable:
                 return -1
             self._grow(min(self.cap * 2, self.max_capacity))
         slot = self._free.pop()
-        g = int(self._next_gen[slot]) % 0x7FFFFFFF + 1
+        g = self._next_gen[slot] % 0x7FFFFFFF + 1
         self._next_gen[slot] = g
         handle = (g << 32) | slot
         self.handle[slot] = handle
@@ -670,8 +671,8 @@ class RequestTable:
         timed = engine_ordered(q, sc, f, last) & (gen > 1)
         tpot = np.where(timed, (last - f) / np.maximum(gen - 1, 1), np.nan)
         ttft = np.where(first_recv > 0, first_recv - arrival, np.nan)
-        self.goodput.count(self.metrics.counters[GOODPUT], col["op"], ttft, tpot, (col["fin_recv"] - arrival).astype(np.float64),
-                           col["fin_reason"], adapters)
+        e2e = (col["fin_recv"] - arrival).astype(np.float64)
+        self.goodput.count(self.metrics.counters[GOODPUT], col["op"], ttft, tpot, e2e, col["fin_reason"], adapters)
 
     def _release(self, s: np.ndarray, slots: list[int]) -> None:
         self._ints[:, s] = 0
@@ -688,6 +689,10 @@ def _repeats(a: np.ndarray) -> bool:
     return len(a) > 1 and len(set(a.tolist())) < len(a)
 
 
+_OPERATIONS = DIMENSIONS["gen_ai.operation.name"]
+_OPERATION_INDEX = {name: i for i, name in enumerate(_OPERATIONS)}
+
+
 def operation_index(name: str) -> int:
-    ops = DIMENSIONS["gen_ai.operation.name"]
-    return ops.index(name) if name in ops else len(ops) - 1
+    """`name`'s index in the operation dimension; an unknown one counts as the last, "_OTHER"."""
+    return _OPERATION_INDEX.get(name, len(_OPERATIONS) - 1)

@@ -199,3 +199,44 @@ def test_an_sdk_whose_spans_hold_more_gets_them_built_by_its_own_constructors():
     _sdk_span_init(built, "chat m", ctx, parent, resource, {"k": 1}, 10, 20, (event,), SpanKind.SERVER, status)
     assert built.to_json() == fast.to_json()
     assert sdk_encode_spans([built]) == sdk_encode_spans([fast])
+
+
+def test_child_spans_read_and_encode_as_the_sdks(monkeypatch):
+    """A request's queue/prefill/decode spans keep resource, kind, events and status on their class;
+    with an SDK whose spans hold more, its own constructor builds them: the same spans either way."""
+    import otel_llm.export.finished_spans as finished_spans
+
+    resource = TracerProvider().resource
+    ctx, parent = sampled_context(0xABC, 0x12), sampled_context(0xABC, 0x34)
+    sdk = ReadableSpan("prefill", ctx, parent, resource, {"gen_ai.operation.name": "chat"}, (), (),
+                       SpanKind.INTERNAL, None, _UNSET, 10, 20, _SCOPE)
+    ours = finished_spans.child_span_class(resource)("prefill", ctx, parent, {"gen_ai.operation.name": "chat"}, 10, 20)
+    monkeypatch.setattr(finished_spans, "_SPANS_MATCH", False)
+    fallback = finished_spans.child_span_class(resource)("prefill", ctx, parent, {"gen_ai.operation.name": "chat"},
+                                                         10, 20)
+    for span in (ours, fallback):
+        assert span.to_json() == sdk.to_json()
+        assert sdk_encode_spans([span]) == sdk_encode_spans([sdk])
+        assert (span.resource, span.events, span.dropped_events, span.status.status_code) == (
+            resource, (), 0, StatusCode.UNSET)
+    assert type(fallback) is FinishedSpan and type(ours) is not FinishedSpan
+
+
+def test_span_ids_drawn_together_are_valid_distinct_and_redrawn_when_zero(monkeypatch):
+    """The SDK's RandomIdGenerator's ids (a request's trace and root span at arrival, its three children
+    at finish) come from one draw each; an id that comes out 0 is drawn again, as the SDK would."""
+    import otel_llm.frontend.request_spans as request_spans
+
+    h = Harness()
+    run_timeline(h)
+    spans = h.exporter.get_finished_spans()
+    ids = [s.context.span_id for s in spans]
+    assert len(spans) == 4 and len(set(ids)) == 4 and all(0 < i < 1 << 64 for i in ids)
+    assert len({s.context.trace_id for s in spans}) == 1 and 0 < spans[0].context.trace_id < 1 << 128
+    draws = iter([5 << 128 | 7 << 64 | 0, 0 << 128 | 1 << 64 | 2])  # a span id of 0, then a child id of 0
+    monkeypatch.setattr(request_spans, "_getrandbits", lambda bits: next(draws))
+    tracer = h.tel.tracer
+    hi, lo, span_id, _ = tracer.start(RequestInfo("r", 3), "chat")
+    assert span_id != 0 and (hi, lo) != (5, 7)  # redrawn by the generator, whole
+    a, b, c = request_spans._three_ids(tracer.provider.id_generator)
+    assert 0 not in (a, b, c) and (a, b, c) != (2, 1, 0)
