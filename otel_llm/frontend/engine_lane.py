@@ -2,7 +2,7 @@
 
 Each step record with a lane (`otel_llm.engine.step.StepLane`: the step's start, forward time,
 prefill and decode tokens, batch, scheduler state and why the queue waited) leaves it here. On the
-step path that is one list append of the record's bytes, not decoded; `fold` (every `FOLD_AT` steps,
+step path that is the lane's bytes cut from the record and its end appended, not decoded; `fold` (every `FOLD_AT` steps,
 and `flush` before every read, under the owner's lock) decodes the kept lanes at once with numpy,
 drops the ones that cannot be true (counted), sums vLLM's MFU estimates (`flush` adds them to their
 counters) and appends the rest to a window of the last `capacity` steps (at 100 steps/s the default
@@ -55,7 +55,8 @@ class EngineLane:
         self._lo = self._hi = 0  # the window: rows lo..hi-1
         self.total = 0  # steps kept, including those the window let go since
         self.dropped = 0  # lanes that could not be true
-        self._pending: list[tuple[int, bytes, int]] = []  # (end ns, bytes, offset of the lane)
+        self._pending: list[bytes] = []  # the lanes kept undecoded, as packed
+        self._pending_ends: list[int] = []  # and the end ns of their steps
         self._last_end = 0  # end ns of the newest kept step
         self._forward_total = self._prefill_total = 0  # through it (`_forward[hi]`, `_prefill[hi]`)
         self._estimates = [0, 0, 0]  # summed by `fold`, added to the counters by `flush`
@@ -68,7 +69,8 @@ class EngineLane:
         """A step that ended at `end_ns` whose lane is packed in `data` at `offset` (a step record's bytes);
         `idle`: the engine has nothing left to run after it. Sets `due` when a window of steps should be
         exported (`take_window`): it is 1 s or 256 steps long, or the engine went idle."""
-        self._pending.append((end_ns, data, offset))
+        self._pending.append(data[offset:offset + LANE_SIZE])
+        self._pending_ends.append(end_ns)
         if len(self._pending) >= FOLD_AT:
             self.fold()
         if not self._window_first:
@@ -91,15 +93,15 @@ class EngineLane:
         """Decode the kept lanes: check them, sum the estimates, append them to the window."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
+        pending, ends, self._pending, self._pending_ends = self._pending, self._pending_ends, [], []
         if len(pending) <= _SCALAR_FOLD:  # a tracer's read at every finish: a step or two each time
-            for end, data, offset in pending:
-                self._fold_one(end, data, offset)
+            for end, lane in zip(ends, pending):
+                self._fold_one(end, lane)
             return
-        raw = b"".join(d[o:o + LANE_SIZE] for _, d, o in pending)
+        raw = b"".join(pending)
         lanes = np.frombuffer(raw, LANE_DTYPE)
         words = np.frombuffer(raw, "<i4").reshape(len(pending), LANE_SIZE // 4)
-        ends = np.fromiter((e for e, _, _ in pending), np.int64, len(pending))
+        ends = np.array(ends, np.int64)
         kv = lanes["kv_usage"]
         ok = (words[:, _SIGN_WORDS] >= 0).all(axis=1) & (lanes["start_ns"] <= ends) & (kv >= 0.0) & (kv <= 1.0)
         ok[0] &= ends[0] >= self._last_end  # in order, after the last kept step
@@ -119,10 +121,10 @@ class EngineLane:
                 self.metrics.add(counter, total)
             self._estimates = [0, 0, 0]
 
-    def _fold_one(self, end: int, data: bytes, offset: int) -> None:
+    def _fold_one(self, end: int, lane: bytes) -> None:
         """`fold` for one lane, in plain Python (the same checks, sums and append)."""
         start, forward, prefill, decode, requests, running, waiting, preempted, kv, flops, read, write, _, source = \
-            _LANE_UNPACK(data, offset)
+            _LANE_UNPACK(lane)
         if (start > end or end < self._last_end or not 0.0 <= kv <= 1.0
                 or min(forward, prefill, decode, requests, running, waiting, preempted, flops, read, write) < 0):
             self.dropped += 1
@@ -135,7 +137,7 @@ class EngineLane:
         if self._hi + 1 > 2 * self.capacity:
             self._move(1)
         hi = self._hi
-        self._raw[hi * LANE_SIZE:(hi + 1) * LANE_SIZE] = data[offset:offset + LANE_SIZE]
+        self._raw[hi * LANE_SIZE:(hi + 1) * LANE_SIZE] = lane
         self._ends[hi] = self._last_end = end
         self._forward_total += forward if source else 0
         self._prefill_total += prefill
