@@ -269,12 +269,13 @@ class RequestTracer:
             child_attrs = self._child_attrs.get(op)  # shared: spans are read-only
             if child_attrs is None:
                 child_attrs = self._child_attrs[op] = limits.attributes({"gen_ai.operation.name": op})
-            a, b, c = _three_ids(self.provider.id_generator)
+            qid, pid, did = _three_ids(self.provider.id_generator)  # the queue's, prefill's and decode's
             child, q, s, f, last = self._child_span, q + e_off, s + e_off, f + e_off, last + e_off
-            out += (child("decode", _new_tuple(SpanContext, (trace_id, c, False, _SAMPLED, DEFAULT_TRACE_STATE, True)),
-                          ctx, child_attrs, f, last),
-                    child("prefill", _new_tuple(SpanContext, (trace_id, b, False, _SAMPLED, DEFAULT_TRACE_STATE, True)),
-                          ctx, child_attrs, s, f),
-                    child("queue", _new_tuple(SpanContext, (trace_id, a, False, _SAMPLED, DEFAULT_TRACE_STATE, True)),
-                          ctx, child_attrs, q, s))
+            new, sampled, state = _new_tuple, _SAMPLED, DEFAULT_TRACE_STATE
+            out += (child("decode", new(SpanContext, (trace_id, did, False, sampled, state, True)), ctx, child_attrs,
+                          f, last),
+                    child("prefill", new(SpanContext, (trace_id, pid, False, sampled, state, True)), ctx, child_attrs,
+                          s, f),
+                    child("queue", new(SpanContext, (trace_id, qid, False, sampled, state, True)), ctx, child_attrs,
+                          q, s))
         out.append(root)
