@@ -174,7 +174,7 @@ class StepLane(NamedTuple):
 
     @classmethod
     def unpack_from(cls, data, offset: int = HEADER_SIZE) -> "StepLane":
-        return cls(*_LANE.unpack_from(data, offset))
+        return tuple.__new__(cls, _LANE.unpack_from(data, offset))  # (as `_make`, without its length check)
 
 
 class StepRecord(NamedTuple):

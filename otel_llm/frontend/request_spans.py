@@ -24,9 +24,12 @@ apply (`otel_llm.frontend.span_limits`), with string values cut at 4096 characte
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import random
+
+import numpy as np
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -55,6 +58,7 @@ _new_tuple = tuple.__new__
 _REASONS = {int(r): r for r in FinishReason}
 _REASON_LABELS = {r: (r.label,) for r in FinishReason}  # shared tuples of str: the attributes stay untracked by gc
 _FAILED = (FinishReason.ABORT, FinishReason.ERROR)
+_SUMMARY_KEYS = ("covered", "steps", "max_batch", "interfering_prefill_tokens", "forward_ns")  # `EngineLane.summaries`
 _COLUMNS = ("reason", "arrival", "finish_recv", "queued", "sched", "first", "last", "first_recv", "num_prompt",
             "num_gen", "num_cached", "npre", "engine_valid")  # a FinishedBatch's, read per request
 
@@ -163,9 +167,11 @@ class RequestTracer:
             return 0
         traces = b.trace[sampled].tolist()
         rows = zip(*(getattr(b, c)[sampled].tolist() for c in _COLUMNS))  # Python ints: no numpy scalar per field
+        summaries = (zip(*(np.asarray(steps[k])[sampled].tolist() for k in _SUMMARY_KEYS)) if steps is not None
+                     else itertools.repeat(None))
         spans = []
-        for i, (hi, lo, span_id, parent_id), row in zip(sampled, traces, rows):
-            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, steps, spans)
+        for i, (hi, lo, span_id, parent_id), row, summary in zip(sampled, traces, rows, summaries):
+            self._emit_one(b, i, row, (hi << 64) | lo, span_id, parent_id, e_off, f_off, summary, spans)
         end_spans(self._processor, spans)
         return len(sampled)
 
@@ -184,9 +190,9 @@ class RequestTracer:
                                             int(cols["end_ns"][-1]) + e_off, _SCOPE))
 
     def _emit_one(self, b: FinishedBatch, i: int, row: tuple, trace_id: int, span_id: int, parent_id: int,
-                  e_off: int, f_off: int, steps: dict | None, out: list) -> None:
-        """Request `i` of `b`, whose `_COLUMNS` values are `row`: its spans onto `out`, children first
-        (like live spans ending)."""
+                  e_off: int, f_off: int, summary: tuple | None, out: list) -> None:
+        """Request `i` of `b`, whose `_COLUMNS` values are `row` (and `_SUMMARY_KEYS` values, where the
+        lane summarised it, `summary`): its spans onto `out`, children first (like live spans ending)."""
         reason, arrival, finish_recv, q, s, f, last, first_recv, num_prompt, num_gen, num_cached, npre, valid = row
         info = b.infos[i]
         reason = _REASONS[reason]
@@ -239,12 +245,11 @@ class RequestTracer:
             attrs["gen_ai.latency.time_in_model_prefill"] = (f - s) * 1e-9
             attrs["gen_ai.latency.time_in_model_decode"] = (last - f) * 1e-9
             attrs["gen_ai.latency.time_in_model_inference"] = (last - s) * 1e-9
-        if steps is not None and steps["covered"][i]:
-            attrs["otel_llm.engine.steps"] = int(steps["steps"][i])
-            attrs["otel_llm.engine.max_batch_requests"] = int(steps["max_batch"][i])
-            attrs["otel_llm.engine.interfering_prefill_tokens"] = int(steps["interfering_prefill_tokens"][i])
-            if steps["forward_ns"][i]:
-                attrs["gen_ai.latency.time_in_model_forward"] = int(steps["forward_ns"][i]) * 1e-9
+        if summary is not None and summary[0]:  # the window held its first step
+            _, attrs["otel_llm.engine.steps"], attrs["otel_llm.engine.max_batch_requests"], \
+                attrs["otel_llm.engine.interfering_prefill_tokens"], forward_ns = summary
+            if forward_ns:
+                attrs["gen_ai.latency.time_in_model_forward"] = forward_ns * 1e-9
 
         if b.preemption_ts[i]:
             events.extend(RecordedEvent("preempted", t + e_off) for t in b.preemption_ts[i])

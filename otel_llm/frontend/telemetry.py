@@ -140,9 +140,13 @@ class Telemetry:
         def apply():
             self._engine_anchor = (rec.anchor_wall_ns, rec.anchor_mono_ns)
             self.computed_prompt_tokens += rec.num_computed_prompt_tokens
-            if rec.lane is not None:  # first: the requests this step finishes were in it
-                self.lane.add(rec.step_ts_ns, *((rec.lane.pack(), 0) if isinstance(step, StepRecord) else (step,)),
-                              idle=rec.lane.running == 0 and rec.lane.waiting == 0)
+            lane = rec.lane
+            if lane is not None:  # first: the requests this step finishes were in it
+                idle = lane.running == 0 and lane.waiting == 0
+                if step is rec:
+                    self.lane.add(rec.step_ts_ns, lane.pack(), 0, idle)
+                else:
+                    self.lane.add(rec.step_ts_ns, step, HEADER_SIZE, idle)
             finished = self.table.apply(rec, now)
             lora = self.lora
             if lora.tracking and (lora.live or rec.snapshot is not None):  # only with LoRA requests or a snapshot
