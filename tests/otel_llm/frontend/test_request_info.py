@@ -1,7 +1,9 @@
 """RequestInfo's hand-written __init__ against its dataclass fields."""
 
+import copy
 import dataclasses
 import inspect
+import pickle
 
 import pytest
 
@@ -30,3 +32,10 @@ def test_behaves_as_a_frozen_dataclass():
         info.n = 3
     with pytest.raises(TypeError):
         RequestInfo("r1", 12, "chat", max_token=7)  # a misspelt field is an error, as before
+
+
+def test_pickles_and_copies_whole():
+    """A request's info may cross a process boundary (a multiprocess frontend) or be copied."""
+    info = RequestInfo("r1", 12, "chat", trace_headers={"traceparent": "00-ab-cd-01"}, lora_name="a")
+    for clone in (pickle.loads(pickle.dumps(info)), copy.copy(info), copy.deepcopy(info)):
+        assert clone == info and vars(clone) == vars(info)
