@@ -136,7 +136,6 @@ class RequestTracer:
         self._limits = SpanLimiter(provider._span_limits)  # the SDK applies them to live spans only
         self._child_attrs: dict[str, dict] = {}  # operation -> the child spans' attributes
         self._root_sampled = _fixed_root_decision(provider.sampler)  # (a provider's sampler is read-only)
-        self._random_ids = type(provider.id_generator) is RandomIdGenerator
         self._child_span = child_span_class(self._resource)  # queue, prefill, decode
         fixed = self._limits.attributes({"gen_ai.provider.name": provider_name, "gen_ai.request.model": model_name})
         self._provider_attr, self._model_attr = fixed.values()  # bounded once
@@ -145,7 +144,7 @@ class RequestTracer:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
         if not info.trace_headers and self._root_sampled is not None:  # a root, sampled or not whatever it is
             ids = self.provider.id_generator
-            if self._random_ids:  # the trace id and span id in one draw, as the SDK's generator makes them
+            if type(ids) is RandomIdGenerator:  # the trace id and span id in one draw, as it makes them
                 bits = _getrandbits(192)
                 hi, lo, span_id = bits >> 128, (bits >> 64) & _MASK64, bits & _MASK64
                 if (hi or lo) and span_id:

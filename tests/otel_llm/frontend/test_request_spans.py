@@ -240,3 +240,27 @@ def test_span_ids_drawn_together_are_valid_distinct_and_redrawn_when_zero(monkey
     assert span_id != 0 and (hi, lo) != (5, 7)  # redrawn by the generator, whole
     a, b, c = request_spans._three_ids(tracer.provider.id_generator)
     assert 0 not in (a, b, c) and (a, b, c) != (2, 1, 0)
+
+
+def test_a_providers_own_id_generator_makes_every_id():
+    """Ids are drawn in one go only from the SDK's RandomIdGenerator; any other generator (set when
+    the provider is made, or later) makes each trace and span id itself."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class Counting(IdGenerator):
+        def __init__(self):
+            self.n = 0
+
+        def generate_span_id(self) -> int:
+            self.n += 1
+            return self.n
+
+        def generate_trace_id(self) -> int:
+            return 0xABC
+
+    h = Harness()
+    h.provider.id_generator = Counting()  # after the Telemetry was made
+    run_timeline(h)
+    spans = h.exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {0xABC}
+    assert sorted(s.context.span_id for s in spans) == [1, 2, 3, 4]
