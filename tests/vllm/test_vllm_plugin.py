@@ -29,7 +29,7 @@ from tests.harness.ports import free_port
 from tests.harness.prometheus import PrometheusServer, promtool_check_metrics
 from tests.vllm.harness import VllmServer, ensure_tiny_model, ensure_vllm_venv
 from tests.vllm.workload import (MODEL, assert_every_sample_served, assert_same_families_and_counts,
-                                 assert_totals_equal, collector_caught_up, deterministic_load, families, hostile_load,
+                                 assert_totals_equal, deterministic_load, families, hostile_load, idle_and_caught_up,
                                  samples, start_collector, wait_idle)
 
 pytestmark = pytest.mark.slow
@@ -89,8 +89,7 @@ def add_run(model_dir, tmp_path_factory, restart_watch):
                 model=MODEL, prompt="traced", max_tokens=5, extra_headers={"traceparent": TRACEPARENT})
             hostile_load(server.url)
             time.sleep(1.0)
-            vllm_text = wait_idle(server.url)
-            got = collector_caught_up(collector.prom, samples(vllm_text))
+            vllm_text, got = idle_and_caught_up(server.url, collector.prom)
             scraped = scrape_with_collectors(server.url, vllm_text)
             seen_by_prometheus(restart_watch, vllm_text)
             log = server.log_text()
@@ -380,8 +379,7 @@ def two_servers_run(model_dir):
     try:
         with VllmServer(model_dir, env=env, args=["--api-server-count", "2", "--enable-mfu-metrics"]) as server:
             spread_load(server.url)
-            vllm_text = wait_idle(server.url)
-            got = collector_caught_up(collector.prom, samples(vllm_text))
+            vllm_text, got = idle_and_caught_up(server.url, collector.prom)
             per_sender = httpx.get(f"http://127.0.0.1:{collector.prom}/metrics").text
             return {"vllm": vllm_text, "collector": got, "per_sender": per_sender, "log": server.log_text()}
     finally:

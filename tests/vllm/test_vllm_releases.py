@@ -21,8 +21,8 @@ import pytest
 from otel_llm.vllm.compat import RUN_CHECKED
 from tests.vllm.harness import DEFAULT_VERSION, VllmServer, ensure_tiny_model, ensure_vllm_venv
 from tests.vllm.workload import (assert_every_sample_served, assert_same_families_and_counts, assert_totals_equal,
-                                 collector_caught_up,
-                                 deterministic_load, hostile_load, samples, start_collector, wait_idle)
+                                 deterministic_load, hostile_load, idle_and_caught_up, samples, start_collector,
+                                 wait_idle)
 
 pytestmark = pytest.mark.slow
 OLDEST = RUN_CHECKED[0]
@@ -43,8 +43,7 @@ def add_mode_run(version: str) -> dict:
             deterministic = wait_idle(server.url)
             hostile_load(server.url)
             time.sleep(1.0)
-            text = wait_idle(server.url)
-            got = collector_caught_up(collector.prom, samples(text))
+            text, got = idle_and_caught_up(server.url, collector.prom)
             return {"answers": answers, "deterministic": deterministic, "vllm": text, "collector": got,
                     "log": server.log_text()}
     finally:

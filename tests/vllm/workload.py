@@ -108,14 +108,26 @@ def start_collector(*args: str, attempts: int = 3) -> SimpleNamespace:
     raise RuntimeError(f"otel-llm collector {' '.join(args)} did not start in {attempts} attempts")
 
 
-def collector_caught_up(prom_port: int, want: dict, timeout: float = 20) -> dict:
-    """The collector's samples (summed over senders) once its generated-token total reaches vLLM's."""
-    key = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", MODEL)))
+_TOKENS = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", MODEL)))
+_READ_BYTES = ("vllm:estimated_read_bytes_per_gpu_total", (("engine", "0"), ("model_name", MODEL)))
+
+
+def idle_and_caught_up(url: str, prom_port: int, timeout: float = 20) -> tuple[str, dict]:
+    """vLLM's `/metrics` once idle, and the collector's samples (summed over senders) once they agree
+    with it: the generated-token totals equal and, where vLLM estimates them, the read bytes within 1 %.
+    Both are read again until then: the pushes come every 500 ms, and an empty step after a reading
+    bills the weights' reads to one side only. Past `timeout`, the last readings (the test's asserts
+    then say what differs)."""
     deadline = time.time() + timeout
-    while True:  # the push runs every 500 ms
+    while True:
+        text = wait_idle(url)
+        want = samples(text)
         got = samples(httpx.get(f"http://127.0.0.1:{prom_port}/metrics").text)
-        if got.get(key) == want[key] or time.time() > deadline:
-            return got
+        read_bytes = want.get(_READ_BYTES)
+        agree = got.get(_TOKENS) == want[_TOKENS] and (
+            not read_bytes or math.isclose(got.get(_READ_BYTES, 0.0), read_bytes, rel_tol=0.01))
+        if agree or time.time() > deadline:
+            return text, got
         time.sleep(0.3)
 
 
@@ -135,7 +147,8 @@ def assert_totals_equal(want: dict, got: dict) -> None:
     for name, tolerance in (("vllm:estimated_flops_per_gpu_total", 0.0), ("vllm:estimated_write_bytes_per_gpu_total", 0.0),
                             ("vllm:estimated_read_bytes_per_gpu_total", 0.01)):
         if want.get((name, base)):
-            assert math.isclose(got[(name, base)], want[(name, base)], rel_tol=tolerance), name
+            assert math.isclose(got[(name, base)], want[(name, base)], rel_tol=tolerance), (
+                name, got[(name, base)], want[(name, base)])
     served = [h for h in HISTOGRAMS if (f"vllm:{h}_count", base) in want]  # a release serves those it has
     assert len(served) >= len(HISTOGRAMS) - 1, served  # (request_num_preemptions: vLLM 0.30 on)
     for h in served:
