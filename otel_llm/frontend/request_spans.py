@@ -76,14 +76,20 @@ def sampled_context(trace_id: int, span_id: int, remote: bool = False) -> SpanCo
     return tuple.__new__(SpanContext, (trace_id, span_id, remote, _SAMPLED, DEFAULT_TRACE_STATE, True))
 
 
+def _one_draw(ids) -> tuple[int, int, int] | None:
+    """Three 64-bit words from one 192-bit draw where `ids` is the SDK's RandomIdGenerator (the source it
+    draws each id from; a third of the calls), else None: the generator makes each id itself."""
+    if type(ids) is not RandomIdGenerator:
+        return None
+    bits = _getrandbits(192)
+    return bits >> 128, (bits >> 64) & _MASK64, bits & _MASK64
+
+
 def _three_ids(ids) -> tuple[int, int, int]:
-    """Three span ids as `ids.generate_span_id()` would give them; from the SDK's RandomIdGenerator, one
-    192-bit draw split in three (a third of the calls; any id 0, invalid, is drawn again its own way)."""
-    if type(ids) is RandomIdGenerator:
-        bits = _getrandbits(192)
-        a, b, c = bits & _MASK64, (bits >> 64) & _MASK64, bits >> 128
-        if a and b and c:
-            return a, b, c
+    """Three span ids as `ids.generate_span_id()` would give them (an id of 0, invalid, drawn again its way)."""
+    words = _one_draw(ids)
+    if words is not None and all(words):
+        return words
     return ids.generate_span_id(), ids.generate_span_id(), ids.generate_span_id()
 
 
@@ -144,11 +150,9 @@ class RequestTracer:
         """Trace identity for a new request: (trace_hi, trace_lo, span_id or 0, parent span_id or 0)."""
         if not info.trace_headers and self._root_sampled is not None:  # a root, sampled or not whatever it is
             ids = self.provider.id_generator
-            if type(ids) is RandomIdGenerator:  # the trace id and span id in one draw, as it makes them
-                bits = _getrandbits(192)
-                hi, lo, span_id = bits >> 128, (bits >> 64) & _MASK64, bits & _MASK64
-                if (hi or lo) and span_id:
-                    return hi, lo, span_id if self._root_sampled else 0, 0
+            words = _one_draw(ids)  # the trace id and span id
+            if words is not None and (words[0] or words[1]) and words[2]:
+                return words[0], words[1], words[2] if self._root_sampled else 0, 0
             trace_id = ids.generate_trace_id()
             return trace_id >> 64, trace_id & _MASK64, ids.generate_span_id() if self._root_sampled else 0, 0
         trace_id, span_id, parent, sampled = new_span_identity(
